@@ -1,0 +1,67 @@
+"""Shared pieces of the benchmarks: machine description, best-of timing, table
+printing and result files under ``bench/results/``."""
+
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine() -> dict:
+    with open("/proc/meminfo") as f:
+        mem_kb = int(f.readline().split()[1])
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def best_of(repeats: int, run):
+    """Run ``run()`` ``repeats`` times; return the shortest wall time in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def print_table(title: str, headers: list, rows: list) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    lines = [title, ""]
+    lines.append("| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |")
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for row in rows:
+        lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(row, widths)) + " |")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def write_results(name: str, table: str, data: dict) -> str:
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    record = {"benchmark": name, "when": stamp, "machine": machine(), "command": " ".join(sys.argv), **data}
+    json_path = os.path.join(RESULTS_DIR, f"{name}.json")
+    with open(json_path, "w") as f:
+        json.dump(record, f, indent=2)
+    with open(os.path.join(RESULTS_DIR, f"{name}.md"), "w") as f:
+        f.write(f"{table}\n\nMachine: {record['machine']}\nCommand: `{record['command']}`\nWhen: {stamp}\n")
+    print(f"\nresults written to {json_path}")
+    return json_path

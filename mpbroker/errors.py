@@ -1,0 +1,65 @@
+"""Error codes of the Kafka 0.7 wire protocol (plus mpbroker's own, >= 5) and the
+exceptions that carry them.
+
+Every failure that can reach a client is an ``MPBrokerError`` subclass with the wire
+``code`` it maps to, so the layer that answers a request never has to guess.
+"""
+
+from enum import IntEnum
+
+
+class ErrorCode(IntEnum):
+    UNKNOWN = -1
+    NO_ERROR = 0
+    OFFSET_OUT_OF_RANGE = 1
+    INVALID_MESSAGE = 2
+    WRONG_PARTITION = 3
+    INVALID_FETCH_SIZE = 4
+    # mpbroker's own codes, used by its own request types (>= 100).
+    MESSAGE_SIZE_TOO_LARGE = 5
+    INVALID_TOPIC = 6
+    PARTITION_UNAVAILABLE = 7
+
+
+class MPBrokerError(Exception):
+    """Base of every error that maps to a wire error code."""
+
+    code = ErrorCode.UNKNOWN
+
+
+class OffsetOutOfRangeError(MPBrokerError):
+    code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+class InvalidMessageError(MPBrokerError):
+    """A message or message set failed validation (length, magic, CRC, codec, nesting)."""
+
+    code = ErrorCode.INVALID_MESSAGE
+
+
+class WrongPartitionError(MPBrokerError):
+    code = ErrorCode.WRONG_PARTITION
+
+
+class InvalidFetchSizeError(MPBrokerError):
+    code = ErrorCode.INVALID_FETCH_SIZE
+
+
+class MessageSizeTooLargeError(MPBrokerError):
+    code = ErrorCode.MESSAGE_SIZE_TOO_LARGE
+
+
+class InvalidTopicError(MPBrokerError):
+    code = ErrorCode.INVALID_TOPIC
+
+
+class PartitionUnavailableError(MPBrokerError):
+    code = ErrorCode.PARTITION_UNAVAILABLE
+
+
+class LogCorruptError(MPBrokerError):
+    """A partition log on disk is inconsistent in a way recovery must not paper over."""
+
+
+class StorageError(MPBrokerError):
+    """Writing to the log failed (disk full, I/O error); the log was left consistent."""

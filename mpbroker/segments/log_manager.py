@@ -1,0 +1,114 @@
+"""The partition logs under one ``log.dir`` that one owner is responsible for.
+
+A broker worker owns a fixed subset of partitions (``owns``); the manager opens
+those that exist on disk at start-up (recovering them unless the last shutdown was
+clean), creates new ones on first use, and runs the periodic duties over all of
+them: time-based flushes and retention. Topic names are checked before any path is
+built, so nothing is ever created outside ``log.dir``.
+"""
+
+import logging
+import os
+
+from mpbroker.errors import StorageError
+from mpbroker.segments.log import Log, wall_clock_ms
+from mpbroker.segments.log_config import LogConfig
+from mpbroker.segments.naming import check_topic, parse_partition_dir
+from mpbroker.segments.clean_shutdown import MARKER_NAME
+
+log = logging.getLogger(__name__)
+
+
+def _owns_everything(topic: str, partition: int) -> bool:
+    return True
+
+
+class LogManager:
+    def __init__(self, log_dir: str, config_for=None, *, owns=_owns_everything, clock_ms=wall_clock_ms):
+        self.log_dir = os.path.realpath(log_dir)
+        self._config_for = config_for or (lambda topic: LogConfig())
+        self._owns = owns
+        self._clock_ms = clock_ms
+        self._logs = {}
+        try:
+            os.makedirs(self.log_dir, 0o755, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot create log.dir {self.log_dir}: {exc.strerror}") from exc
+
+    def open_existing(self, *, recover: bool) -> list:
+        """Open every owned partition log found under ``log.dir``; apply retention."""
+        opened = []
+        for name in sorted(os.listdir(self.log_dir)):
+            path = os.path.join(self.log_dir, name)
+            if name == MARKER_NAME or not os.path.isdir(path):
+                continue
+            parsed = parse_partition_dir(name)
+            if parsed is None:
+                log.warning("ignoring %s in log.dir: not a <topic>-<partition> directory", path)
+                continue
+            topic, partition = parsed
+            if not self._owns(topic, partition) or (topic, partition) in self._logs:
+                continue
+            opened.append(self._open(topic, partition, recover=recover))
+        now = self._clock_ms()
+        for partition_log in opened:
+            partition_log.apply_retention(now)
+        return opened
+
+    def _open(self, topic: str, partition: int, *, recover: bool) -> Log:
+        partition_log = Log.open(
+            self.log_dir, topic, partition, self._config_for(topic), recover=recover, clock_ms=self._clock_ms
+        )
+        self._logs[(topic, partition)] = partition_log
+        return partition_log
+
+    def get(self, topic: str, partition: int):
+        return self._logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int) -> Log:
+        """The log of a partition this owner serves, created empty on first use."""
+        found = self._logs.get((topic, partition))
+        if found is not None:
+            return found
+        topic = check_topic(topic)
+        if not self._owns(topic, partition):
+            raise ValueError(f"partition {topic}-{partition} is not owned here")
+        return self._open(topic, partition, recover=False)
+
+    def logs(self):
+        return self._logs.values()
+
+    def __len__(self) -> int:
+        return len(self._logs)
+
+    def reconfigure(self, config_for) -> None:
+        """Apply new settings (flush, retention, roll) to every open log."""
+        self._config_for = config_for
+        for partition_log in self._logs.values():
+            partition_log.config = config_for(partition_log.topic)
+
+    def logs_due_for_flush(self, now_ms: int | None = None) -> list:
+        now = self._clock_ms() if now_ms is None else now_ms
+        return [partition_log for partition_log in self._logs.values() if partition_log.flush_due(now)]
+
+    def flush_all(self) -> None:
+        for partition_log in self._logs.values():
+            partition_log.flush()
+
+    def apply_retention(self, now_ms: int | None = None) -> int:
+        """Run retention over every log; return how many segments were deleted."""
+        now = self._clock_ms() if now_ms is None else now_ms
+        return sum(len(partition_log.apply_retention(now)) for partition_log in self._logs.values())
+
+    def close(self) -> None:
+        """Flush and close every log; raise the first failure after closing the rest."""
+        first_error = None
+        for partition_log in self._logs.values():
+            try:
+                partition_log.close()
+            except Exception as exc:  # keep closing the others
+                log.error("closing %s failed: %s", partition_log.directory, exc)
+                first_error = first_error or exc
+        self._logs.clear()
+        if first_error is not None:
+            raise first_error

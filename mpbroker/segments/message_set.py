@@ -1,0 +1,211 @@
+"""Message sets: validation of every message, and iteration with consumer offsets.
+
+A message set is the plain concatenation of messages. Validation walks it once,
+checking each message's length, magic, codec bits and CRC, and inflating compressed
+wrappers to check the messages inside (``deep``), without re-encoding anything. It
+reports how many leading bytes are valid, which is all the producer path (accept or
+refuse) and recovery (truncate there) need. Sans-IO.
+
+The common case (an uncompressed magic-1 message that fits) is checked inline in
+one tight loop; anything else drops to an exact, slower check of that one message.
+"""
+
+import struct
+import zlib
+from typing import NamedTuple
+
+from mpbroker.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError
+from mpbroker.segments.compression import decompress
+from mpbroker.segments.message import (
+    CODEC_MASK,
+    CODEC_NONE,
+    LENGTH_SIZE,
+    MAGIC_V0,
+    MAGIC_V1,
+    V0_HEADER_SIZE,
+    V0_OVERHEAD,
+    V1_HEADER_SIZE,
+    V1_OVERHEAD,
+)
+
+DEFAULT_MAX_MESSAGE_SIZE = 1_000_000  # max.message.size
+DEFAULT_INFLATE_LIMIT = 104_857_600  # bytes a request's compressed messages may inflate to
+MAX_NESTING = 8  # compressed wrappers inside compressed wrappers
+
+# length, (magic << 8 | attributes), crc: the 10 bytes before a magic-1 payload.
+_FAST_HEADER = struct.Struct(">iHI")
+_FAST_MAGIC_ATTRIBUTES = MAGIC_V1 << 8 | CODEC_NONE
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_UNLIMITED = 1 << 62
+
+
+class TruncatedMessageError(InvalidMessageError):
+    """The set ends inside a message: a torn write, or the tail of a fetch answer."""
+
+
+class Validation(NamedTuple):
+    valid_bytes: int  # length of the leading run of valid messages
+    messages: int  # top-level messages in that run
+    error: MPBrokerError | None  # why the walk stopped short of the end, if it did
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None
+
+
+def validate_message_set(
+    buf,
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
+    *,
+    deep: bool = True,
+    inflate_limit: int = DEFAULT_INFLATE_LIMIT,
+    max_depth: int = MAX_NESTING,
+) -> Validation:
+    """Check every message of ``buf``; see the module docstring.
+
+    ``max_message_size`` bounds each top-level payload (PROTOCOL.md); ``inflate_limit``
+    bounds the bytes all compressed wrappers of ``buf`` may inflate to, together.
+    """
+    return _validate(buf, max_message_size, deep, [inflate_limit], max_depth)
+
+
+def _validate(buf, max_payload: int, deep: bool, budget: list, depth: int) -> Validation:
+    unpack = _FAST_HEADER.unpack_from
+    crc32 = zlib.crc32
+    end = len(buf)
+    max_length = max_payload + V1_HEADER_SIZE
+    pos = 0
+    count = 0
+    while pos < end:
+        try:
+            length, magic_attributes, crc = unpack(buf, pos)
+        except struct.error:
+            length = -1  # fewer than 10 bytes left: the exact check says why
+            magic_attributes = crc = None
+        following = pos + LENGTH_SIZE + length
+        if (
+            magic_attributes == _FAST_MAGIC_ATTRIBUTES
+            and V1_HEADER_SIZE <= length <= max_length
+            and following <= end
+            and crc32(buf[pos + V1_OVERHEAD:following]) == crc
+        ):
+            pos = following
+            count += 1
+            continue
+        following, error = _check_message(buf, pos, end, max_payload, deep, budget, depth)
+        if error is not None:
+            return Validation(pos, count, error)
+        pos = following
+        count += 1
+    return Validation(pos, count, None)
+
+
+def _check_message(buf, pos, end, max_payload, deep, budget, depth):
+    """Exact check of the message at ``pos``: (position after it, None) or (pos, error)."""
+    if end - pos < LENGTH_SIZE:
+        return pos, TruncatedMessageError(f"{end - pos} bytes at offset {pos} are too few for a length")
+    (length,) = _INT32.unpack_from(buf, pos)
+    if length < V0_HEADER_SIZE:
+        return pos, InvalidMessageError(f"message at offset {pos} has length {length}, below the minimum")
+    following = pos + LENGTH_SIZE + length
+    if following > end:
+        return pos, TruncatedMessageError(
+            f"message at offset {pos} (length {length}) runs past the end of the set ({end} bytes)"
+        )
+    magic = buf[pos + LENGTH_SIZE]
+    if magic == MAGIC_V1:
+        if length < V1_HEADER_SIZE:
+            return pos, InvalidMessageError(f"magic-1 message at offset {pos} has length {length}")
+        attributes = buf[pos + LENGTH_SIZE + 1]
+        (crc,) = _UINT32.unpack_from(buf, pos + LENGTH_SIZE + 2)
+        payload_start = pos + V1_OVERHEAD
+    elif magic == MAGIC_V0:
+        attributes = 0
+        (crc,) = _UINT32.unpack_from(buf, pos + LENGTH_SIZE + 1)
+        payload_start = pos + V0_OVERHEAD
+    else:
+        return pos, InvalidMessageError(f"message at offset {pos} has unknown magic {magic}")
+    payload = buf[payload_start:following]
+    if len(payload) > max_payload:
+        return pos, MessageSizeTooLargeError(
+            f"message at offset {pos} has a {len(payload)}-byte payload; max.message.size is {max_payload}"
+        )
+    if zlib.crc32(payload) != crc:
+        return pos, InvalidMessageError(f"message at offset {pos} fails its CRC check")
+    codec = attributes & CODEC_MASK
+    if codec == CODEC_NONE or not deep:
+        if codec == CODEC_MASK:
+            return pos, InvalidMessageError(f"message at offset {pos} names unknown codec {codec}")
+        return following, None
+    if depth <= 0:
+        return pos, InvalidMessageError(f"compressed message at offset {pos} is nested too deeply")
+    try:
+        inner = decompress(codec, payload, budget[0])
+    except InvalidMessageError as exc:
+        exc.args = (f"compressed message at offset {pos}: {exc}",)
+        return pos, exc
+    budget[0] -= len(inner)
+    result = _validate(inner, _UNLIMITED, deep, budget, depth - 1)
+    if result.error is not None:
+        cause = result.error
+        error = type(cause)(f"compressed message at offset {pos} holds a bad message set: {cause}")
+        if isinstance(cause, TruncatedMessageError):
+            error = InvalidMessageError(error.args[0])  # inside a wrapper, a torn tail is corruption
+        return pos, error
+    if result.messages == 0:
+        return pos, InvalidMessageError(f"compressed message at offset {pos} holds no messages")
+    return following, None
+
+
+def iter_messages(buf, base_offset: int = 0, *, inflate_limit: int = DEFAULT_INFLATE_LIMIT):
+    """Yield ``(next_offset, payload)`` for each whole message of ``buf``, CRC-checked.
+
+    ``base_offset`` is the log offset of ``buf[0]``. ``next_offset`` is the offset a
+    consumer reports after the message (PROTOCOL.md): for messages inside a compressed
+    wrapper, all but the last report the wrapper's start and the last its end, so a
+    commit never lands inside a wrapper. A partial message at the end is not yielded;
+    a corrupt one raises InvalidMessageError.
+    """
+    budget = [inflate_limit]
+    end = len(buf)
+    pos = 0
+    while pos < end:
+        following, payloads = _decode_one(buf, pos, end, budget, MAX_NESTING)
+        if following is None:
+            return
+        start = base_offset + pos
+        last = len(payloads) - 1
+        for index, payload in enumerate(payloads):
+            yield (base_offset + following if index == last else start), payload
+        pos = following
+
+
+def _decode_one(buf, pos, end, budget, depth):
+    """(position after the message, its payloads flattened) or (None, None) at a partial tail."""
+    following, error = _check_message(buf, pos, end, _UNLIMITED, False, budget, depth)
+    if error is not None:
+        if isinstance(error, TruncatedMessageError):
+            return None, None
+        raise error
+    magic = buf[pos + LENGTH_SIZE]
+    if magic == MAGIC_V0:
+        return following, [bytes(buf[pos + V0_OVERHEAD:following])]
+    payload = buf[pos + V1_OVERHEAD:following]
+    codec = buf[pos + LENGTH_SIZE + 1] & CODEC_MASK
+    if codec == CODEC_NONE:
+        return following, [bytes(payload)]
+    if depth <= 0:
+        raise InvalidMessageError(f"compressed message at offset {pos} is nested too deeply")
+    inner = decompress(codec, payload, budget[0])
+    budget[0] -= len(inner)
+    payloads = []
+    inner_pos = 0
+    inner_end = len(inner)
+    while inner_pos < inner_end:
+        inner_following, inner_payloads = _decode_one(inner, inner_pos, inner_end, budget, depth - 1)
+        if inner_following is None:
+            raise InvalidMessageError(f"compressed message at offset {pos} ends inside a message")
+        payloads.extend(inner_payloads)
+        inner_pos = inner_following
+    return following, payloads

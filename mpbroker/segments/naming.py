@@ -1,0 +1,74 @@
+"""Names on disk: topic-name rules, partition directories and segment file names.
+
+A topic name becomes a directory name, so it is held to ``[A-Za-z0-9._-]{1,255}``
+and may not be ``.`` or ``..``; every path built here stays inside ``log.dir``.
+"""
+
+import os
+import re
+
+from mpbroker.errors import InvalidTopicError
+
+MAX_TOPIC_LENGTH = 255
+SEGMENT_SUFFIX = ".kafka"
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,255}\Z")
+_SEGMENT_RE = re.compile(r"(\d{20})\.kafka\Z")
+_PARTITION_DIR_RE = re.compile(r"([A-Za-z0-9._-]{1,255})-(\d{1,10})\Z")
+
+
+def check_topic(topic) -> str:
+    """Return ``topic`` as ``str`` if it is a legal topic name, else raise InvalidTopicError."""
+    if isinstance(topic, (bytes, bytearray, memoryview)):
+        try:
+            topic = bytes(topic).decode("ascii")
+        except UnicodeDecodeError:
+            raise InvalidTopicError(f"topic name {bytes(topic)[:64]!r} is not ASCII") from None
+    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic in (".", ".."):
+        shown = topic[:64] + "..." if isinstance(topic, str) and len(topic) > 64 else topic
+        raise InvalidTopicError(
+            f"illegal topic name {shown!r}: use 1-{MAX_TOPIC_LENGTH} characters from [A-Za-z0-9._-], "
+            "not '.' or '..'"
+        )
+    return topic
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{check_topic(topic)}-{int(partition)}"
+
+
+def parse_partition_dir(name: str):
+    """``(topic, partition)`` for a directory name like ``clicks-3``, or None."""
+    match = _PARTITION_DIR_RE.match(name)
+    if not match or match.group(1) in (".", ".."):
+        return None
+    return match.group(1), int(match.group(2))
+
+
+def partition_path(log_dir: str, topic: str, partition: int) -> str:
+    """Path of a partition's directory, guaranteed to be a direct child of ``log_dir``."""
+    root = os.path.realpath(log_dir)
+    path = os.path.join(root, partition_dir_name(topic, partition))
+    if os.path.dirname(path) != root:  # unreachable with a checked name; kept as a guard
+        raise InvalidTopicError(f"topic {topic!r} would leave log.dir")
+    return path
+
+
+def segment_file_name(base_offset: int) -> str:
+    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_file_name(name: str):
+    """The base offset of a segment file name, or None for anything else."""
+    match = _SEGMENT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def list_segment_bases(directory: str) -> list:
+    """Sorted base offsets of the segment files in a partition directory."""
+    bases = []
+    for name in os.listdir(directory):
+        base = parse_segment_file_name(name)
+        if base is not None:
+            bases.append(base)
+    bases.sort()
+    return bases

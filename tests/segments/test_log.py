@@ -1,0 +1,209 @@
+"""The partition log: append, read at every boundary, roll, flush visibility and policy."""
+
+import os
+import threading
+
+import pytest
+
+from mpbroker.errors import OffsetOutOfRangeError
+from mpbroker.segments.log import sync_pending
+from mpbroker.segments.log_view import locate
+from mpbroker.segments.message_set import iter_messages, validate_message_set
+
+from .conftest import message_set
+
+
+def test_offsets_are_byte_positions(open_log):
+    log = open_log()
+    first, second = message_set(3), message_set(5)
+    assert log.append(first, 3) == 0
+    assert log.append(second, 5) == len(first)
+    assert log.log_end == len(first) + len(second)
+    log.flush()
+    assert log.read_bytes(0, 1 << 20) == first + second
+    assert log.read_bytes(len(first), 1 << 20) == second
+
+
+def test_only_flushed_bytes_are_visible(open_log):
+    log = open_log()
+    log.append(message_set(4), 4)
+    assert log.flushed_end == 0
+    assert log.read(0, 1000).length == 0  # at the flushed end: empty, no error
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(10, 1000)
+    log.flush()
+    assert log.read(0, 1000).length == log.log_end
+
+
+def test_read_below_start_and_past_end(open_log):
+    log = open_log()
+    log.append(message_set(2), 2)
+    log.flush()
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(-1, 100)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(log.log_end + 1, 100)
+    region = log.read(log.log_end, 100)
+    assert region.length == 0
+
+
+def test_roll_by_size_keeps_segments_within_the_limit(open_log, tmp_path):
+    chunk = message_set(5)
+    log = open_log(segment_bytes=len(chunk) * 3)
+    offsets = [log.append(chunk, 5) for _ in range(10)]
+    assert log.segment_bases == [0, len(chunk) * 3, len(chunk) * 6, len(chunk) * 9]
+    names = sorted(os.listdir(tmp_path / "clicks-0"))
+    assert names == [f"{base:020d}.kafka" for base in log.segment_bases]
+    assert all(os.path.getsize(tmp_path / "clicks-0" / n) <= len(chunk) * 3 for n in names)
+    assert offsets == [i * len(chunk) for i in range(10)]
+
+
+def test_a_set_larger_than_a_segment_gets_its_own(open_log):
+    log = open_log(segment_bytes=100)
+    small, big = message_set(1), message_set(20)
+    log.append(small, 1)
+    assert log.append(big, 20) == len(small)
+    assert log.segment_bases == [0, len(small)]
+    log.append(small, 1)
+    assert log.segment_bases == [0, len(small), len(small) + len(big)]
+
+
+def test_roll_by_age(open_log, clock):
+    log = open_log(roll_ms=60_000)
+    log.append(message_set(1), 1)
+    clock.advance(59_000)
+    log.append(message_set(1), 1)
+    assert log.segment_count == 1
+    clock.advance(2_000)
+    offset = log.append(message_set(1), 1)
+    assert log.segment_bases == [0, offset]
+
+
+def test_empty_segment_age_counts_from_its_first_append(open_log, clock):
+    log = open_log(roll_ms=60_000)
+    clock.advance(10 * 60_000)  # an idle, empty active segment does not roll
+    log.append(message_set(1), 1)
+    log.append(message_set(1), 1)
+    assert log.segment_count == 1
+
+
+def test_fetch_at_every_boundary_never_crosses_a_segment(open_log):
+    chunk = message_set(2, size=30)
+    log = open_log(segment_bytes=len(chunk) * 2)
+    for _ in range(7):
+        log.append(chunk, 2)
+    log.flush()
+    everything = b"".join(
+        os.pread(s.fd, s.size, 0) for s in log._segments
+    )
+    bases = log.segment_bases
+    for offset in range(0, log.log_end + 1):
+        region = log.read(offset, 1 << 20)
+        segment_end = min([b for b in bases if b > offset], default=log.log_end)
+        assert region.length == segment_end - offset
+        assert os.pread(region.fd, region.length, region.position) == everything[offset:segment_end]
+        small = log.read(offset, 7)
+        assert small.length == min(7, segment_end - offset)
+
+
+def test_locate_is_pure_arithmetic():
+    bases = [0, 100, 250]
+    assert locate(bases, 300, 0, 1000) == (0, 0, 0, 100)
+    assert locate(bases, 300, 99, 1000) == (0, 0, 99, 1)
+    assert locate(bases, 300, 100, 1000) == (1, 100, 0, 150)
+    assert locate(bases, 300, 260, 5) == (2, 250, 10, 5)
+    assert locate(bases, 300, 300, 5).length == 0
+    assert locate(bases, 200, 150, 1000).length == 50  # capped at the flushed end
+    with pytest.raises(OffsetOutOfRangeError):
+        locate(bases, 300, 301, 5)
+    with pytest.raises(OffsetOutOfRangeError):
+        locate([], 0, 0, 5)
+
+
+def test_fetched_bytes_iterate_back_to_the_messages(open_log):
+    log = open_log(segment_bytes=500)
+    payloads = [b"event-%d" % i for i in range(200)]
+    from mpbroker.segments.message import encode_message_set
+
+    for start in range(0, 200, 10):
+        log.append(encode_message_set(payloads[start:start + 10]), 10)
+    log.flush()
+    seen, offset = [], 0
+    while offset < log.flushed_end:
+        chunk = log.read_bytes(offset, 333)
+        messages = list(iter_messages(chunk, offset))
+        if not messages:  # the segment's rest is shorter than one message: next segment
+            offset = min(b for b in log.segment_bases if b > offset)
+            continue
+        seen.extend(payload for _, payload in messages)
+        offset = messages[-1][0]
+    assert seen == payloads
+
+
+def test_flush_policy_by_count_and_age(open_log, clock):
+    log = open_log(flush_interval_messages=10, flush_interval_ms=1000)
+    assert not log.flush_due()
+    log.append(message_set(4), 4)
+    assert not log.flush_due()
+    log.append(message_set(6), 6)
+    assert log.flush_due()
+    log.flush()
+    assert not log.flush_due() and log.unflushed_messages == 0
+    log.append(message_set(1), 1)
+    clock.advance(999)
+    assert not log.flush_due()
+    clock.advance(1)
+    assert log.flush_due()
+
+
+def test_split_flush_lets_appends_continue(open_log):
+    log = open_log()
+    log.append(message_set(3), 3)
+    pending = log.begin_flush()
+    covered = log.log_end
+    log.append(message_set(2), 2)  # arrives while the sync runs elsewhere
+    worker = threading.Thread(target=sync_pending, args=(pending,))
+    worker.start()
+    worker.join()
+    log.finish_flush(pending)
+    assert log.flushed_end == covered < log.log_end
+    assert log.unflushed_messages == 2 and log.needs_flush
+    log.flush()
+    assert log.flushed_end == log.log_end
+
+
+def test_flush_covers_a_rolled_segment(open_log):
+    chunk = message_set(2)
+    log = open_log(segment_bytes=len(chunk))
+    log.append(chunk, 2)
+    log.append(chunk, 2)
+    pending = log.begin_flush()
+    assert [s.base for s in pending.segments] == [0, len(chunk)]
+    assert pending.directory is not None  # the new segment's directory entry is synced too
+    sync_pending(pending)
+    log.finish_flush(pending)
+    assert log.flushed_end == 2 * len(chunk)
+
+
+def test_failed_flush_keeps_data_pending(open_log):
+    log = open_log()
+    log.append(message_set(1), 1)
+    pending = log.begin_flush()
+    with pytest.raises(Exception, match="flush .* failed"):
+        log.finish_flush(pending, OSError(5, "Input/output error"))
+    assert log.flushed_end == 0 and log.needs_flush
+    log.flush()
+    assert log.flushed_end == log.log_end
+
+
+def test_reopen_sees_everything(tmp_path, open_log):
+    log = open_log(segment_bytes=300)
+    for i in range(20):
+        log.append(message_set(3, tag=b"%d" % i), 3)
+    log.close()
+    reopened = open_log(segment_bytes=300)
+    assert reopened.segment_bases == log.segment_bases
+    assert reopened.log_end == reopened.flushed_end == log.log_end
+    assert reopened.append(message_set(1), 1) == log.log_end
+    whole = b"".join(os.pread(s.fd, s.size, 0) for s in reopened._segments)
+    assert validate_message_set(whole).messages == 61
