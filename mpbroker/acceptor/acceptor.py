@@ -1,0 +1,291 @@
+"""The acceptor process: one event loop for all client connections.
+
+It accepts connections on the listening socket the supervisor made (so a respawned
+acceptor keeps the port and its backlog), reads frames, answers fetches and OFFSETS
+from the segment files, routes produces to the workers' rings (several requests per
+ring publish, one eventfd wake-up per publish), and sends answers back in request
+order. It takes orders from the supervisor over its control channel: a worker went
+down or came up, stop, reload.
+
+Graceful stop: close the listener, stop reading, hand every queued produce to the
+rings, wait (bounded) until acknowledged produces are answered and answers are sent,
+then close and exit 0.
+"""
+
+import errno
+import logging
+import os
+import selectors
+import signal
+import socket
+import time
+
+from mpbroker.acceptor.connection import Connection
+from mpbroker.acceptor.requests import RequestHandlers
+from mpbroker.acceptor.routing import Router, WorkerRoute
+from mpbroker.acceptor.segment_files import SegmentFiles
+from mpbroker.config import config_from_properties
+from mpbroker.ipc.ring import Ring
+from mpbroker.ipc.slot_table import SlotState
+from mpbroker.logging_setup import set_level
+from mpbroker.protocol.framing import MalformedRequestError
+from mpbroker.segments.log import wall_clock_ms
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_MS = 500
+ACCEPTS_PER_WAKEUP = 64
+STOP_TIMEOUT_S = 10.0
+FULL_RING_RETRY_S = 0.005
+
+
+class Acceptor:
+    def __init__(self, config, listener: socket.socket, request_rings, answer_rings, tables, slots, slot: int,
+                 control, incarnation: int):
+        self.config = config
+        self.listener = listener
+        self.slots = slots
+        self.slot = slot  # the acceptor's own heartbeat slot
+        self.control = control
+        outbox_limit = max(config.ring_buffer_bytes * 2, 16 << 20)
+        routes = [WorkerRoute(index, request_rings[index], answer_rings[index], outbox_limit)
+                  for index in range(len(request_rings))]
+        self.router = Router(routes, incarnation, self._close, self._mark_ready, self._resume)
+        self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
+        self.handlers = RequestHandlers(config, self.files, self.router, self._close)
+        self.selector = selectors.DefaultSelector()
+        self.connections = {}  # fd -> Connection
+        self._to_send = set()
+        self._accepted = 0
+        self._stopping = False
+        self._stop_deadline = None
+        self._last_refusal_log = 0.0
+        self._wakeup_read, self._wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+
+    # --- setup ------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        signal.set_wakeup_fd(self._wakeup_write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(0))
+        signal.signal(signal.SIGQUIT, lambda signum, frame: os._exit(0))
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+    def run(self) -> int:
+        self._install_signals()
+        for route in self.router.routes:
+            if self.slots.read(route.slot).state == SlotState.UP:
+                self.router.worker_up(route)
+            self.selector.register(route.answers.data_fd, selectors.EVENT_READ, ("answers", route))
+            self.selector.register(route.requests.space_fd, selectors.EVENT_READ, ("space", route))
+        self.listener.setblocking(False)
+        self.selector.register(self.listener, selectors.EVENT_READ, ("listener", None))
+        self.selector.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
+        self.selector.register(self._wakeup_read, selectors.EVENT_READ, ("signal", None))
+        log.info("accepting connections on %s:%d", *self.listener.getsockname()[:2])
+        next_beat = 0
+        while not self._finished():
+            timeout = FULL_RING_RETRY_S if self.router.pending_outboxes else HEARTBEAT_MS / 1000
+            for key, mask in self.selector.select(timeout):
+                kind, target = key.data
+                if kind == "connection":
+                    if mask & selectors.EVENT_READ:
+                        self._read(target)
+                    if mask & selectors.EVENT_WRITE and not target.closed:
+                        self._to_send.add(target)
+                elif kind == "answers":
+                    self.router.on_answers(target)
+                elif kind == "space":
+                    Ring.clear_notification(target.requests.space_fd)
+                elif kind == "listener":
+                    self._accept()
+                elif kind == "control":
+                    self._on_control()
+                elif kind == "signal":
+                    self._on_signal()
+            self.router.flush_outboxes()
+            self._send_ready()
+            now = wall_clock_ms()
+            if now >= next_beat:
+                self.slots.beat(self.slot, now)
+                next_beat = now + HEARTBEAT_MS
+        for connection in list(self.connections.values()):
+            self._close(connection, None)
+        self.files.close()
+        log.info("stopped")
+        return 0
+
+    # --- connections ------------------------------------------------------------
+
+    def _accept(self) -> None:
+        for _ in range(ACCEPTS_PER_WAKEUP):
+            try:
+                sock, peer = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._log_refusal(f"cannot accept a connection: {exc.strerror}")
+                    return
+                raise
+            if len(self.connections) >= self.config.max_connections:
+                self._log_refusal(f"refusing {peer}: max.connections ({self.config.max_connections}) reached")
+                sock.close()
+                continue
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._accepted += 1
+            connection = Connection(sock, peer, self.config.max_socket_request_bytes, self._accepted)
+            self.connections[connection.fd] = connection
+            self.selector.register(sock, selectors.EVENT_READ, ("connection", connection))
+
+    def _log_refusal(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_refusal_log > 5:
+            log.warning("%s", message)
+            self._last_refusal_log = now
+
+    def _read(self, connection) -> None:
+        try:
+            view = connection.reader.receive_buffer()
+            received = connection.sock.recv_into(view)
+            del view
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._close(connection, f"receive failed: {exc.strerror}")
+            return
+        if received == 0:
+            self._close(connection, None)
+            return
+        connection.reader.commit(received)
+        self._process_frames(connection)
+
+    def _process_frames(self, connection) -> None:
+        try:
+            while not connection.paused and not connection.closed:
+                frame = connection.reader.next_frame()
+                if frame is None:
+                    break
+                self.handlers.handle(connection, frame)
+        except MalformedRequestError as exc:
+            self._close(connection, f"malformed request: {exc}")
+            return
+        if connection.closed:
+            return
+        if connection.responses:
+            self._to_send.add(connection)
+        if connection.paused:
+            self._update_interest(connection)
+
+    def _resume(self, connection) -> None:
+        if connection.closed:
+            return
+        self._process_frames(connection)
+        self._update_interest(connection)
+
+    def _mark_ready(self, connection) -> None:
+        if not connection.closed:
+            self._to_send.add(connection)
+
+    def _send_ready(self) -> None:
+        to_send, self._to_send = self._to_send, set()
+        for connection in to_send:
+            if connection.closed:
+                continue
+            try:
+                done = connection.send()
+            except OSError as exc:
+                self._close(connection, f"send failed: {exc}")
+                continue
+            if done and connection.closing and connection.idle:
+                self._close(connection, None)
+                continue
+            if connection.wants_write != (not done):
+                connection.wants_write = not done
+                self._update_interest(connection)
+
+    def _update_interest(self, connection) -> None:
+        events = 0
+        if not connection.paused and not connection.closing and not self._stopping:
+            events |= selectors.EVENT_READ
+        if connection.wants_write:
+            events |= selectors.EVENT_WRITE
+        key = ("connection", connection)
+        try:
+            if events:
+                self.selector.modify(connection.sock, events, key)
+            else:
+                self.selector.unregister(connection.sock)
+        except KeyError:
+            if events:
+                self.selector.register(connection.sock, events, key)
+
+    def _close(self, connection, reason) -> None:
+        if connection.closed:
+            return
+        if reason:
+            log.warning("closing %r: %s", connection, reason)
+        try:
+            self.selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass
+        self.connections.pop(connection.fd, None)
+        self.router.forget(connection)
+        connection.close()
+
+    # --- supervisor -------------------------------------------------------------
+
+    def _on_control(self) -> None:
+        for message in self.control.receive_all():
+            if message is None:
+                self._begin_stop()  # the supervisor is gone
+                continue
+            op = message["op"]
+            if op == "worker_down":
+                route = self.router.routes[message["slot"]]
+                self.router.worker_down(route)
+                self.control.send("worker_down_ack", slot=message["slot"], generation=message["generation"])
+            elif op == "worker_up":
+                self.router.worker_up(self.router.routes[message["slot"]])
+            elif op == "stop":
+                self._begin_stop()
+            elif op == "reload":
+                config, _ = config_from_properties(message["properties"])
+                self.config = self.handlers.config = config
+                set_level(config.log_level)
+
+    def _on_signal(self) -> None:
+        try:
+            signals = os.read(self._wakeup_read, 512)
+        except BlockingIOError:
+            return
+        if signal.SIGTERM in signals:
+            self._begin_stop()
+
+    def _begin_stop(self) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        self._stop_deadline = time.monotonic() + STOP_TIMEOUT_S
+        try:
+            self.selector.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
+        self.listener.close()
+        for connection in list(self.connections.values()):
+            connection.closing = True
+            self._update_interest(connection)
+            self._to_send.add(connection)
+        log.info("stopping: %d connections, %d produces in flight", len(self.connections), self.router.in_flight)
+
+    def _finished(self) -> bool:
+        if not self._stopping:
+            return False
+        if time.monotonic() > self._stop_deadline:
+            log.warning("stop timed out with %d produces in flight", self.router.in_flight)
+            return True
+        pending_acks = any(route.acked for route in self.router.routes if route.up)
+        busy = any(not connection.idle for connection in self.connections.values())
+        return not (self.router.pending_outboxes or pending_acks or busy)

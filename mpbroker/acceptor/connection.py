@@ -1,0 +1,148 @@
+"""One client connection: frames in, responses out in request order.
+
+Every request that gets an answer reserves a ``Response`` in the connection's queue
+when it arrives; answers computed here (fetch, OFFSETS) are ready at once, produce
+acknowledgements become ready when the worker answers. Output goes in queue order:
+runs of ready byte buffers with one ``sendmsg`` (``MSG_MORE`` when file data
+follows), file extents with ``os.sendfile`` straight from the segment file. A partial
+send keeps its place and continues when the socket is writable again.
+"""
+
+import os
+import socket
+from collections import deque
+
+from mpbroker.protocol.framing import FrameReader
+
+_MAX_IOV = 64
+
+
+class FileChunk:
+    """Bytes of a segment file still to send; holds a reference on the open file."""
+
+    __slots__ = ("file", "position", "remaining")
+
+    def __init__(self, segment_file, position: int, length: int):
+        segment_file.acquire()
+        self.file = segment_file
+        self.position = position
+        self.remaining = length
+
+    def release(self) -> None:
+        if self.file is not None:
+            self.file.release()
+            self.file = None
+
+
+class Response:
+    __slots__ = ("parts", "ready")
+
+    def __init__(self, parts=None):
+        self.parts = deque(parts) if parts is not None else deque()
+        self.ready = parts is not None
+
+    def fill(self, parts) -> None:
+        self.parts.extend(parts)
+        self.ready = True
+
+
+class Connection:
+    __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "paused", "closing", "closed",
+                 "wants_write", "number")
+
+    def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int):
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.peer = peer
+        self.reader = FrameReader(max_frame_bytes)
+        self.responses = deque()  # in request order; the head may still wait for a worker
+        self.output = deque()  # parts of ready responses, in order: bytes or FileChunk
+        self.paused = False  # not reading: a worker's queue is over its limit
+        self.closing = False  # close once the queued responses are out
+        self.closed = False
+        self.wants_write = False  # registered for EVENT_WRITE
+        self.number = number
+
+    def __repr__(self) -> str:
+        return f"connection #{self.number} from {self.peer}"
+
+    def reserve(self) -> Response:
+        response = Response()
+        self.responses.append(response)
+        return response
+
+    def respond(self, parts) -> None:
+        self.responses.append(Response(parts))
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued: every answer went out and none is awaited."""
+        return not self.responses and not self.output
+
+    def send(self) -> bool:
+        """Send what is ready, in order; True if nothing ready is left waiting for the
+        socket. Raises OSError if the peer is gone."""
+        responses, output = self.responses, self.output
+        while responses and responses[0].ready:
+            output.extend(responses.popleft().parts)
+        while output:
+            head = output[0]
+            if isinstance(head, FileChunk):
+                if not self._send_file(head):
+                    return False
+                head.release()
+                output.popleft()
+            elif not self._send_buffers(output):
+                return False
+        return True
+
+    def _send_buffers(self, output) -> bool:
+        """One sendmsg of the leading byte buffers; True if all of them went out."""
+        buffers = []
+        more = False
+        for part in output:
+            if isinstance(part, FileChunk):
+                more = True
+                break
+            buffers.append(part)
+            if len(buffers) == _MAX_IOV:
+                break
+        try:
+            sent = self.sock.sendmsg(buffers, (), socket.MSG_MORE if more else 0)
+        except (BlockingIOError, InterruptedError):
+            return False
+        for buffer in buffers:
+            if sent >= len(buffer):
+                sent -= len(buffer)
+                output.popleft()
+            else:
+                output[0] = memoryview(buffer)[sent:]
+                return False
+        return True
+
+    def _send_file(self, chunk: FileChunk) -> bool:
+        while chunk.remaining:
+            try:
+                sent = os.sendfile(self.fd, chunk.file.fd, chunk.position, chunk.remaining)
+            except (BlockingIOError, InterruptedError):
+                return False
+            if sent == 0:  # the file is shorter than published: never send less silently
+                raise OSError(f"segment file ended {chunk.remaining} bytes early")
+            chunk.position += sent
+            chunk.remaining -= sent
+        return True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for parts in [self.output, *(response.parts for response in self.responses)]:
+            for part in parts:
+                if isinstance(part, FileChunk):
+                    part.release()
+        self.responses.clear()
+        self.output.clear()
+        try:
+            self.sock.close()
+        except OSError:
+            pass

@@ -1,0 +1,147 @@
+"""What the acceptor does with each request type (PROTOCOL.md).
+
+Fetch, MULTIFETCH and OFFSETS are answered here from the segment files. Produce
+requests are checked (topic name, partition range; partition -1 picks one at random)
+and routed to the owning worker; the worker validates the messages. A bad 0.7
+produce closes the connection, as 0.7 did; PRODUCE_ACKED gets an error code instead.
+"""
+
+import logging
+import random
+
+from mpbroker.errors import ErrorCode, InvalidTopicError
+from mpbroker.ipc.messages import Mode
+from mpbroker.ownership import owner_slot
+from mpbroker.protocol import responses
+from mpbroker.protocol.requests import (
+    RANDOM_PARTITION,
+    Durability,
+    FetchRequest,
+    MultiFetchRequest,
+    MultiProduceRequest,
+    OffsetsRequest,
+    ProduceAckedRequest,
+    ProduceRequest,
+    decode_request,
+)
+from mpbroker.segments.naming import check_topic
+
+from mpbroker.acceptor.connection import FileChunk
+
+log = logging.getLogger(__name__)
+
+_MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH}
+
+
+class RequestHandlers:
+    def __init__(self, config, segment_files, router, on_close):
+        self.config = config
+        self._files = segment_files
+        self._router = router
+        self._close = on_close  # callable(connection, reason)
+        self._topics = {}  # checked topic name -> its ASCII bytes
+        self._routes = {}  # (topic, partition) -> WorkerRoute
+
+    def handle(self, connection, frame) -> None:
+        """Answer or route one request; MalformedRequestError propagates (close)."""
+        request = decode_request(frame)
+        kind = type(request)
+        if kind is ProduceRequest:
+            self._produce(connection, request.topic, request.partition, request.message_set)
+        elif kind is FetchRequest:
+            connection.respond(self._fetch_parts(request))
+        elif kind is ProduceAckedRequest:
+            self._produce_acked(connection, request)
+        elif kind is MultiFetchRequest:
+            connection.respond(self._multifetch_parts(request.fetches))
+        elif kind is OffsetsRequest:
+            connection.respond([self._offsets(request)])
+        elif kind is MultiProduceRequest:
+            self._multiproduce(connection, request.produces)
+
+    # --- produce ----------------------------------------------------------------
+
+    def _target(self, topic: str, partition: int):
+        """``(topic bytes, partition, route)`` or raise InvalidTopicError / ValueError."""
+        topic_bytes = self._topics.get(topic)
+        if topic_bytes is None:
+            topic_bytes = check_topic(topic).encode("ascii")
+            if len(self._topics) < 100_000:
+                self._topics[topic] = topic_bytes
+        count = self.config.partitions_for(topic)
+        if partition == RANDOM_PARTITION:
+            partition = random.randrange(count)
+        elif not 0 <= partition < count:
+            raise ValueError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
+        route = self._routes.get((topic, partition))
+        if route is None:
+            route = self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
+            self._routes[(topic, partition)] = route
+        return topic_bytes, partition, route
+
+    def _produce(self, connection, topic: str, partition: int, message_set) -> None:
+        try:
+            topic_bytes, partition, route = self._target(topic, partition)
+        except (InvalidTopicError, ValueError) as exc:
+            self._close(connection, f"bad produce request: {exc}")
+            return
+        self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET, message_set, route)
+
+    def _multiproduce(self, connection, produces) -> None:
+        targets = []
+        for produce in produces:  # check every target before routing any
+            try:
+                targets.append((self._target(produce.topic, produce.partition), produce.message_set))
+            except (InvalidTopicError, ValueError) as exc:
+                self._close(connection, f"bad multiproduce request: {exc}")
+                return
+        for (topic_bytes, partition, route), message_set in targets:
+            self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET, message_set, route)
+            if connection.closed:
+                return
+
+    def _produce_acked(self, connection, request) -> None:
+        response = connection.reserve()
+        try:
+            topic_bytes, partition, route = self._target(request.topic, request.partition)
+        except InvalidTopicError as exc:
+            log.info("%r: %s", connection, exc)
+            response.fill([responses.produce_ack_response(ErrorCode.INVALID_TOPIC, request.partition, -1, -1)])
+            return
+        except ValueError:
+            response.fill([responses.produce_ack_response(ErrorCode.WRONG_PARTITION, request.partition, -1, -1)])
+            return
+        self._router.produce(connection, topic_bytes, partition, _MODE_BY_DURABILITY[request.durability],
+                             request.message_set, route, response)
+
+    # --- reads ------------------------------------------------------------------
+
+    def _read_extent(self, topic: str, partition: int, offset: int, max_size: int):
+        """``(error, extent or None)`` for one fetch."""
+        if not 0 <= partition < self.config.partitions_for(topic):
+            return ErrorCode.WRONG_PARTITION, None
+        return self._files.fetch(topic, partition, offset, max_size)
+
+    def _fetch_parts(self, request) -> list:
+        error, extent = self._read_extent(request.topic, request.partition, request.offset, request.max_size)
+        if extent is None:
+            return [responses.error_response(error)]
+        return [responses.response_header(error, extent.length),
+                FileChunk(extent.file, extent.position, extent.length)]
+
+    def _multifetch_parts(self, fetches) -> list:
+        results = [self._read_extent(f.topic, f.partition, f.offset, f.max_size) for f in fetches]
+        parts = [responses.multifetch_header([extent.length if extent else 0 for _, extent in results])]
+        for error, extent in results:
+            if extent is None:
+                parts.append(responses.error_response(error))
+            else:
+                parts.append(responses.response_header(error, extent.length))
+                parts.append(FileChunk(extent.file, extent.position, extent.length))
+        return parts
+
+    def _offsets(self, request) -> bytes:
+        if not 0 <= request.partition < self.config.partitions_for(request.topic):
+            return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
+        error, offsets = self._files.offsets(request.topic, request.partition, request.time, request.max_offsets)
+        return responses.offsets_response(error, offsets)

@@ -1,0 +1,172 @@
+"""Produce requests on their way to the owning worker, and their answers back.
+
+One ``WorkerRoute`` per worker slot: the request ring the acceptor writes, the answer
+ring it reads, an outbox for records that did not fit the ring yet, and the produce
+requests in flight (acknowledged ones by request id with the response they fill;
+fire-and-forget ones in order, so one DONE record retires many).
+
+When a worker dies the supervisor says so; every request in flight to it then fails
+at once: acknowledged produces get PartitionUnavailable (7), fire-and-forget
+produces have their connection closed so the client knows. Until the worker is back,
+new produces for its partitions fail the same way; fetches go on (they are served
+from the files).
+
+Backpressure: when a route's outbox holds more than its limit, the connection that
+pushed it over stops being read until the outbox drains to half.
+"""
+
+import collections
+import logging
+
+from mpbroker.errors import ErrorCode
+from mpbroker.ipc import messages
+from mpbroker.ipc.messages import Mode
+from mpbroker.ipc.ring import Ring
+from mpbroker.protocol import responses
+
+log = logging.getLogger(__name__)
+
+
+class WorkerRoute:
+    def __init__(self, slot: int, requests: Ring, answers: Ring, outbox_limit: int):
+        self.slot = slot
+        self.requests = requests
+        self.answers = answers
+        self.up = False
+        self.outbox = collections.deque()  # (request id, record parts)
+        self.outbox_bytes = 0
+        self.outbox_limit = outbox_limit
+        self.paused = set()  # connections not read until the outbox drains
+        self.acked = {}  # request id -> (connection, Response, partition)
+        self.fire_and_forget = collections.OrderedDict()  # request id -> connection
+
+
+class Router:
+    def __init__(self, routes, incarnation: int, on_close, on_ready, on_resume):
+        self.routes = routes
+        # Request ids are unique across acceptor lives, so a late answer meant for a
+        # previous acceptor never matches a request of this one.
+        self._next_id = incarnation << 40
+        self._close = on_close  # callable(connection, reason)
+        self._ready = on_ready  # callable(connection): a response of it became ready
+        self._resume = on_resume  # callable(connection): read it again
+
+    def produce(self, connection, topic_bytes: bytes, partition: int, mode: int, message_set, route,
+                response=None) -> None:
+        """Queue one produce for ``route``'s worker (``response`` for acknowledged modes)."""
+        if not route.up:
+            self._unavailable(connection, response, partition, f"worker {route.slot} is restarting")
+            return
+        self._next_id += 1
+        request_id = self._next_id
+        if mode == Mode.FIRE_AND_FORGET:
+            route.fire_and_forget[request_id] = connection
+        else:
+            route.acked[request_id] = (connection, response, partition)
+        for parts in messages.produce_fragments(request_id, topic_bytes, partition, mode, message_set,
+                                                route.requests.max_record_body):
+            route.outbox.append(parts)
+            route.outbox_bytes += len(parts[2]) + 64
+        if route.outbox_bytes > route.outbox_limit and not connection.paused:
+            connection.paused = True
+            route.paused.add(connection)
+
+    def _unavailable(self, connection, response, partition: int, reason: str) -> None:
+        if response is None:
+            self._close(connection, f"fire-and-forget produce refused: {reason}")
+        else:
+            response.fill([responses.produce_ack_response(ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1)])
+            self._ready(connection)
+
+    def flush_outboxes(self) -> None:
+        """Move queued records into the rings; one publish (one wake-up) per ring."""
+        for route in self.routes:
+            if not route.outbox:
+                continue
+            ring = route.requests
+            outbox = route.outbox
+            while outbox:
+                parts = outbox[0]
+                if not ring.try_write(messages.KIND_PRODUCE, *parts):
+                    break
+                outbox.popleft()
+                route.outbox_bytes -= len(parts[2]) + 64
+            ring.publish()
+            if route.paused and route.outbox_bytes <= route.outbox_limit // 2:
+                for connection in route.paused:
+                    connection.paused = False
+                    self._resume(connection)
+                route.paused.clear()
+
+    @property
+    def pending_outboxes(self) -> bool:
+        return any(route.outbox for route in self.routes)
+
+    def on_answers(self, route) -> None:
+        """Handle every record the worker published."""
+        Ring.clear_notification(route.answers.data_fd)
+        records = route.answers.read()
+        for kind, body in records:
+            if kind == messages.KIND_ACK:
+                self._on_ack(route, *messages.decode_ack(body))
+            elif kind == messages.KIND_DONE:
+                self._on_done(route, messages.decode_done(body))
+            elif kind == messages.KIND_CLOSE:
+                request_id, reason = messages.decode_close(body)
+                connection = route.fire_and_forget.pop(request_id, None)
+                if connection is not None:
+                    self._close(connection, reason)
+        route.answers.release()
+
+    def _on_ack(self, route, request_id, error, partition, offset, next_offset, reason) -> None:
+        pending = route.acked.pop(request_id, None)
+        if pending is None:
+            return  # meant for a previous acceptor, or its connection is gone
+        connection, response, _ = pending
+        response.fill([responses.produce_ack_response(error, partition, offset, next_offset)])
+        self._ready(connection)
+
+    @staticmethod
+    def _on_done(route, last_request_id: int) -> None:
+        pending = route.fire_and_forget
+        while pending:
+            request_id = next(iter(pending))
+            if request_id > last_request_id:
+                break
+            pending.popitem(last=False)
+
+    def worker_down(self, route) -> None:
+        """Fail everything in flight to a dead worker (after taking its last answers)."""
+        self.on_answers(route)
+        route.up = False
+        route.outbox.clear()
+        route.outbox_bytes = 0
+        acked, route.acked = route.acked, {}
+        for connection, response, partition in acked.values():
+            if not connection.closed:
+                self._unavailable(connection, response, partition, f"worker {route.slot} died")
+        closing = set(route.fire_and_forget.values())
+        route.fire_and_forget.clear()
+        for connection in closing:
+            self._close(connection, f"worker {route.slot} died with this connection's produce in flight")
+        for connection in route.paused:
+            connection.paused = False
+            self._resume(connection)
+        route.paused.clear()
+        if acked or closing:
+            log.warning("worker %d died: %d acknowledged produces failed, %d connections closed",
+                        route.slot, len(acked), len(closing))
+
+    def worker_up(self, route) -> None:
+        route.requests.attach_writer()
+        route.answers.attach_reader(discard=True)
+        route.up = True
+
+    def forget(self, connection) -> None:
+        """A closed connection: drop it from pause lists (in-flight entries expire on answer)."""
+        for route in self.routes:
+            route.paused.discard(connection)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(len(route.acked) + len(route.fire_and_forget) for route in self.routes)

@@ -1,0 +1,163 @@
+"""The acceptor's read side of the partition logs: fetch and OFFSETS answered from the
+segment files, without the owning worker.
+
+Each worker publishes, per partition, the log start, the flushed end and a segment
+list version in its partition table. Here we find a partition's entry (cached by
+name), read it under its sequence lock, re-list the partition directory when the
+version moved, and open segment files read-only on first use. An open file is
+reference counted: a fetch still being sent keeps it open even after retention
+removed it from the list (on Linux the open file stays readable after unlink).
+"""
+
+import errno
+import os
+from typing import NamedTuple
+
+from mpbroker.errors import ErrorCode, OffsetOutOfRangeError
+from mpbroker.ipc.partition_table import TornEntryError
+from mpbroker.ownership import owner_slot
+from mpbroker.segments.log import wall_clock_ms
+from mpbroker.segments.log_view import locate
+from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
+from mpbroker.segments.offsets import offsets_before
+
+
+class SegmentFile:
+    __slots__ = ("fd", "refs", "retired")
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.refs = 0
+        self.retired = False
+
+    def acquire(self) -> None:
+        self.refs += 1
+
+    def release(self) -> None:
+        self.refs -= 1
+        if self.retired and self.refs == 0:
+            self._close()
+
+    def retire(self) -> None:
+        self.retired = True
+        if self.refs == 0:
+            self._close()
+
+    def _close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class Extent(NamedTuple):
+    file: SegmentFile
+    position: int
+    length: int
+
+
+class _PartitionView:
+    __slots__ = ("table", "index", "directory", "version", "bases", "files")
+
+    def __init__(self, table, index: int, directory: str):
+        self.table = table
+        self.index = index
+        self.directory = directory
+        self.version = -1
+        self.bases = []
+        self.files = {}
+
+    def refresh(self, state) -> None:
+        """Re-list the segment files if the worker changed the segment list."""
+        if state.segments_version == self.version:
+            return
+        bases = [base for base in list_segment_bases(self.directory) if base >= state.log_start]
+        for base in [base for base in self.files if base < state.log_start or base not in bases]:
+            self.files.pop(base).retire()
+        self.bases = bases
+        self.version = state.segments_version
+
+    def file(self, base: int) -> SegmentFile:
+        found = self.files.get(base)
+        if found is None:
+            fd = os.open(os.path.join(self.directory, segment_file_name(base)), os.O_RDONLY | os.O_CLOEXEC)
+            found = self.files[base] = SegmentFile(fd)
+        return found
+
+
+class SegmentFiles:
+    def __init__(self, tables, log_dir: str, num_workers: int, clock_ms=wall_clock_ms):
+        self._tables = tables
+        self._log_dir = os.path.realpath(log_dir)
+        self._num_workers = num_workers
+        self._known = [0] * len(tables)  # entries of each table already indexed
+        self._views = {}  # (topic, partition) -> _PartitionView
+        self._clock_ms = clock_ms
+
+    def _view(self, topic: str, partition: int):
+        view = self._views.get((topic, partition))
+        if view is not None:
+            return view
+        slot = owner_slot(topic, partition, self._num_workers) if topic.isascii() else 0
+        table = self._tables[slot]
+        for index, name, number in table.names(self._known[slot]):
+            self._views[(name, number)] = _PartitionView(
+                table, index, os.path.join(self._log_dir, partition_dir_name(name, number)))
+        self._known[slot] = len(table)
+        return self._views.get((topic, partition))
+
+    def _state(self, view):
+        state = view.table.read(view.index)
+        view.refresh(state)
+        return state
+
+    def fetch(self, topic: str, partition: int, offset: int, max_size: int):
+        """``(error code, Extent or None)``; an unknown partition is an empty answer."""
+        if max_size < 0:
+            return ErrorCode.INVALID_FETCH_SIZE, None
+        view = self._view(topic, partition)
+        if view is None:
+            return ErrorCode.NO_ERROR, None
+        try:
+            state = self._state(view)
+            if offset < state.log_start:
+                return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            extent = locate(view.bases, state.flushed_end, offset, max_size)
+        except OffsetOutOfRangeError:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        except TornEntryError:
+            return ErrorCode.UNKNOWN, None
+        if extent.length == 0:
+            return ErrorCode.NO_ERROR, None
+        try:
+            segment_file = view.file(extent.segment_base)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:  # deleted by retention since we listed it
+                view.version = -1
+                return ErrorCode.OFFSET_OUT_OF_RANGE, None
+            raise
+        return ErrorCode.NO_ERROR, Extent(segment_file, extent.position, extent.length)
+
+    def offsets(self, topic: str, partition: int, time_ms: int, max_offsets: int):
+        """``(error code, [offsets])`` as PROTOCOL.md describes."""
+        view = self._view(topic, partition)
+        if view is None:
+            return ErrorCode.NO_ERROR, offsets_before([], 0, time_ms, max_offsets, self._clock_ms())
+        try:
+            state = self._state(view)
+        except TornEntryError:
+            return ErrorCode.UNKNOWN, []
+        segments = []
+        for base in view.bases:
+            try:
+                stat = os.stat(os.path.join(view.directory, segment_file_name(base)))
+            except FileNotFoundError:
+                continue
+            segments.append((base, stat.st_mtime_ns // 1_000_000))
+        return ErrorCode.NO_ERROR, offsets_before(segments, state.flushed_end, time_ms, max_offsets,
+                                                  self._clock_ms())
+
+    def close(self) -> None:
+        for view in self._views.values():
+            for segment_file in view.files.values():
+                segment_file.retire()
+            view.files.clear()

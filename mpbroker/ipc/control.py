@@ -1,0 +1,62 @@
+"""Control messages between the supervisor and its children: one JSON object per
+datagram over an AF_UNIX SOCK_SEQPACKET socketpair made before fork.
+
+Messages are small and rare (ready, worker down/up, stop, reload, status); the
+sender never blocks on a full socket for long, and a peer that went away reads as
+``None``.
+"""
+
+import json
+import socket
+
+MAX_MESSAGE_BYTES = 1 << 20
+
+
+class ControlChannel:
+    """One end of a supervisor <-> child channel."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+
+    @classmethod
+    def pair(cls):
+        """``(supervisor end, child end)``."""
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        return cls(parent), cls(child)
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    def send(self, op: str, **fields) -> bool:
+        """Send one message; False if the peer is gone."""
+        try:
+            self.sock.send(json.dumps({"op": op, **fields}).encode())
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def receive(self):
+        """The next message (blocking unless the socket is non-blocking), or None at EOF."""
+        data = self.sock.recv(MAX_MESSAGE_BYTES)
+        if not data:
+            return None
+        return json.loads(data)
+
+    def receive_all(self) -> list:
+        """Every message waiting now (non-blocking); a trailing None means EOF."""
+        messages = []
+        while True:
+            try:
+                data = self.sock.recv(MAX_MESSAGE_BYTES, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return messages
+            except (ConnectionResetError, OSError):
+                messages.append(None)
+                return messages
+            if not data:
+                messages.append(None)
+                return messages
+            messages.append(json.loads(data))
+
+    def close(self) -> None:
+        self.sock.close()

@@ -1,0 +1,97 @@
+"""Records carried by the rings between the acceptor and a worker. Sans-IO.
+
+Acceptor -> worker, ``KIND_PRODUCE``: ``[header][topic][message-set bytes]`` where the
+header holds the request id, partition, mode (fire-and-forget, or acknowledged after
+append or after flush), the set's total size and this fragment's offset in it. A set
+larger than a ring record travels as several fragments with the same request id.
+
+Worker -> acceptor:
+- ``KIND_ACK``: the answer to an acknowledged produce (error, offsets);
+- ``KIND_CLOSE``: a fire-and-forget produce failed: close its connection (0.7 style);
+- ``KIND_DONE``: every fire-and-forget produce up to this request id is handled.
+Both ACK and CLOSE may carry a short reason text for the acceptor's log.
+"""
+
+import struct
+from enum import IntEnum
+from typing import NamedTuple
+
+KIND_PRODUCE = 1
+KIND_ACK = 2
+KIND_CLOSE = 3
+KIND_DONE = 4
+
+
+class Mode(IntEnum):
+    FIRE_AND_FORGET = 0
+    ACK_APPEND = 1
+    ACK_FLUSH = 2
+
+
+# request id, partition, topic length, mode, total set size, fragment offset
+PRODUCE_HEADER = struct.Struct("<QiHBxQQ")
+# request id, error, partition, offset, next offset
+ACK = struct.Struct("<Qhxxiqq")
+REQUEST_ID = struct.Struct("<Q")
+
+
+class ProduceFragment(NamedTuple):
+    request_id: int
+    partition: int
+    mode: int
+    total_size: int
+    fragment_offset: int
+    topic: str
+    data: memoryview
+
+
+def produce_fragments(request_id: int, topic_bytes: bytes, partition: int, mode: int, message_set,
+                      max_body: int):
+    """The record bodies (as part tuples for ``Ring.try_write``) of one produce."""
+    view = memoryview(message_set)
+    total = len(view)
+    room = max_body - PRODUCE_HEADER.size - len(topic_bytes)
+    if room <= 0:
+        raise ValueError("ring records are too small for a produce header")
+    offset = 0
+    while True:
+        chunk = view[offset:offset + room]
+        header = PRODUCE_HEADER.pack(request_id, partition, len(topic_bytes), mode, total, offset)
+        yield header, topic_bytes, chunk
+        offset += len(chunk)
+        if offset >= total:
+            return
+
+
+def decode_produce(body: memoryview) -> ProduceFragment:
+    request_id, partition, topic_length, mode, total, offset = PRODUCE_HEADER.unpack_from(body, 0)
+    start = PRODUCE_HEADER.size
+    topic = bytes(body[start:start + topic_length]).decode("ascii")
+    return ProduceFragment(request_id, partition, mode, total, offset, topic, body[start + topic_length:])
+
+
+def encode_ack(request_id: int, error: int, partition: int, offset: int, next_offset: int,
+               reason: str = "") -> tuple:
+    return ACK.pack(request_id, error, partition, offset, next_offset), reason.encode("utf-8", "replace")[:512]
+
+
+def decode_ack(body: memoryview) -> tuple:
+    """``(request_id, error, partition, offset, next_offset, reason)``."""
+    fields = ACK.unpack_from(body, 0)
+    return (*fields, bytes(body[ACK.size:]).decode("utf-8", "replace"))
+
+
+def encode_close(request_id: int, reason: str) -> tuple:
+    return REQUEST_ID.pack(request_id), reason.encode("utf-8", "replace")[:512]
+
+
+def decode_close(body: memoryview) -> tuple:
+    return REQUEST_ID.unpack_from(body, 0)[0], bytes(body[REQUEST_ID.size:]).decode("utf-8", "replace")
+
+
+def encode_done(request_id: int) -> tuple:
+    return (REQUEST_ID.pack(request_id),)
+
+
+def decode_done(body: memoryview) -> int:
+    return REQUEST_ID.unpack_from(body, 0)[0]

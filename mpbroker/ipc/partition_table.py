@@ -1,0 +1,130 @@
+"""Published partition states: how a worker tells other processes about its logs.
+
+One table per worker slot in anonymous shared memory. The owning worker is the only
+writer; the acceptor (fetch, OFFSETS) and the supervisor (status) read it. An entry
+is added once per partition and keeps its index for the life of the broker, also
+across worker restarts (a respawned worker finds its old entries by name), so
+readers may cache ``(topic, partition) -> index``.
+
+Each entry is guarded by a sequence lock: the writer makes ``seq`` odd, stores the
+fields, makes it even again; a reader retries until it reads the same even ``seq``
+before and after the fields (x86-64 store and load ordering makes this sound).
+"""
+
+import mmap
+import struct
+from typing import NamedTuple
+
+_HEADER_BYTES = 64
+_COUNT = struct.Struct("<Q")
+ENTRY_BYTES = 384
+_SEQ = struct.Struct("<Q")
+# log_start, flushed_end, log_end, segments_version, messages_in, bytes_in, last_flush_ms,
+# segment_count, partition
+_FIELDS = struct.Struct("<qqqQQQqIi")
+_FIELDS_AT = 8
+_NAME_AT = _FIELDS_AT + _FIELDS.size
+_NAME_LENGTH = struct.Struct("<H")
+MAX_TOPIC_BYTES = 255
+
+
+class PartitionState(NamedTuple):
+    log_start: int
+    flushed_end: int
+    log_end: int
+    segments_version: int
+    messages_in: int  # messages appended since the broker started (all worker lives)
+    bytes_in: int
+    last_flush_ms: int
+    segment_count: int
+    partition: int
+
+
+class TableFullError(Exception):
+    pass
+
+
+class TornEntryError(Exception):
+    """An entry stayed mid-update: its writer died while storing it."""
+
+
+_READ_ATTEMPTS = 10_000
+
+
+class PartitionTable:
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._mm = mmap.mmap(-1, _HEADER_BYTES + capacity * ENTRY_BYTES, flags=mmap.MAP_SHARED,
+                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._writer_index = None  # (topic, partition) -> index, built by the writer process
+
+    def __len__(self) -> int:
+        return _COUNT.unpack_from(self._mm, 0)[0]
+
+    @staticmethod
+    def _at(index: int) -> int:
+        return _HEADER_BYTES + index * ENTRY_BYTES
+
+    # --- reader ---------------------------------------------------------------
+
+    def name(self, index: int) -> tuple:
+        """``(topic, partition)`` of an entry (neither changes once the entry is added)."""
+        at = self._at(index)
+        (length,) = _NAME_LENGTH.unpack_from(self._mm, at + _NAME_AT)
+        start = at + _NAME_AT + _NAME_LENGTH.size
+        topic = self._mm[start:start + length].decode("ascii")
+        # The partition field is written before the entry is published and never again
+        # changes, so it can be read without the sequence lock.
+        partition = _FIELDS.unpack_from(self._mm, at + _FIELDS_AT)[-1]
+        return topic, partition
+
+    def names(self, start: int = 0) -> list:
+        """``[(index, topic, partition), ...]`` for entries from ``start`` on."""
+        return [(index, *self.name(index)) for index in range(start, len(self))]
+
+    def read(self, index: int) -> PartitionState:
+        at = self._at(index)
+        mm = self._mm
+        for _ in range(_READ_ATTEMPTS):
+            (before,) = _SEQ.unpack_from(mm, at)
+            if before & 1:
+                continue
+            fields = _FIELDS.unpack_from(mm, at + _FIELDS_AT)
+            (after,) = _SEQ.unpack_from(mm, at)
+            if before == after:
+                return PartitionState(*fields)
+        raise TornEntryError(f"partition table entry {index} is mid-update and its writer is gone")
+
+    # --- writer (the owning worker) --------------------------------------------
+
+    def find_or_add(self, topic: str, partition: int) -> int:
+        """The entry of ``topic``/``partition``, added (empty) if it has none yet."""
+        if self._writer_index is None:
+            self._writer_index = {(name, number): index for index, name, number in self.names()}
+        found = self._writer_index.get((topic, partition))
+        if found is not None:
+            return found
+        count = len(self)
+        if count >= self.capacity:
+            raise TableFullError(f"partition table is full ({self.capacity} partitions per worker)")
+        raw = topic.encode("ascii")
+        if len(raw) > MAX_TOPIC_BYTES:
+            raise ValueError(f"topic name of {len(raw)} bytes is too long")
+        at = self._at(count)
+        _SEQ.pack_into(self._mm, at, 0)
+        _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, 0, partition)
+        _NAME_LENGTH.pack_into(self._mm, at + _NAME_AT, len(raw))
+        start = at + _NAME_AT + _NAME_LENGTH.size
+        self._mm[start:start + len(raw)] = raw
+        _COUNT.pack_into(self._mm, 0, count + 1)  # publish the entry last
+        self._writer_index[(topic, partition)] = count
+        return count
+
+    def write(self, index: int, state: PartitionState) -> None:
+        at = self._at(index)
+        mm = self._mm
+        (seq,) = _SEQ.unpack_from(mm, at)
+        odd = seq | 1  # odd already if a dead predecessor stopped mid-update
+        _SEQ.pack_into(mm, at, odd)
+        _FIELDS.pack_into(mm, at + _FIELDS_AT, *state)
+        _SEQ.pack_into(mm, at, odd + 1)

@@ -1,0 +1,226 @@
+"""Request bodies of the Kafka 0.7 protocol (and mpbroker's own, >= 100): typed
+values, a decoder and encoders. Sans-IO.
+
+A frame body is ``[int16 request_type][fields]``; strings are ``[int16 length][bytes]``.
+Decoding is strict: a truncated body, a negative length or count, an unknown type or
+trailing bytes raise MalformedRequestError. Topic names come back as ``str``
+(decoded byte for byte, latin-1) and are *not* checked here: whether a name is
+acceptable is the broker's rule (``mpbroker.segments.naming.check_topic``).
+"""
+
+import struct
+from enum import IntEnum
+from typing import NamedTuple
+
+from mpbroker.protocol.framing import SIZE, MalformedRequestError
+
+
+class RequestType(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    MULTIFETCH = 2
+    MULTIPRODUCE = 3
+    OFFSETS = 4
+    PRODUCE_ACKED = 100  # mpbroker: answered after the append (or the flush)
+
+
+class Durability(IntEnum):
+    APPEND = 0  # acknowledge once appended (in the page cache)
+    FLUSH = 1  # acknowledge once flushed to disk
+
+
+RANDOM_PARTITION = -1
+
+
+class ProduceRequest(NamedTuple):
+    topic: str
+    partition: int
+    message_set: memoryview
+
+
+class FetchRequest(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+    max_size: int
+
+
+class MultiFetchRequest(NamedTuple):
+    fetches: list
+
+
+class MultiProduceRequest(NamedTuple):
+    produces: list
+
+
+class OffsetsRequest(NamedTuple):
+    topic: str
+    partition: int
+    time: int
+    max_offsets: int
+
+
+class ProduceAckedRequest(NamedTuple):
+    durability: int
+    topic: str
+    partition: int
+    message_set: memoryview
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max_size
+_OFFSETS_TAIL = struct.Struct(">iqi")  # partition, time, max_offsets
+_PRODUCE_TAIL = struct.Struct(">ii")  # partition, set_size
+
+
+class _Cursor:
+    __slots__ = ("view", "pos")
+
+    def __init__(self, view: memoryview, pos: int):
+        self.view = view
+        self.pos = pos
+
+    def take(self, layout: struct.Struct) -> tuple:
+        end = self.pos + layout.size
+        if end > len(self.view):
+            raise MalformedRequestError(f"request body ends after {len(self.view)} bytes, inside a field")
+        values = layout.unpack_from(self.view, self.pos)
+        self.pos = end
+        return values
+
+    def string(self) -> str:
+        (length,) = self.take(_INT16)
+        if length < 0:
+            raise MalformedRequestError(f"string length {length} is negative (a null topic)")
+        end = self.pos + length
+        if end > len(self.view):
+            raise MalformedRequestError(f"string of {length} bytes runs past the end of the request")
+        text = bytes(self.view[self.pos:end]).decode("latin-1")
+        self.pos = end
+        return text
+
+    def blob(self, length: int) -> memoryview:
+        if length < 0:
+            raise MalformedRequestError(f"message set size {length} is negative")
+        end = self.pos + length
+        if end > len(self.view):
+            raise MalformedRequestError(
+                f"message set of {length} bytes runs past the end of the request ({len(self.view)} bytes)"
+            )
+        blob = self.view[self.pos:end]
+        self.pos = end
+        return blob
+
+    def count(self) -> int:
+        (count,) = self.take(_INT16)
+        if count < 0:
+            raise MalformedRequestError(f"request count {count} is negative")
+        return count
+
+    def finish(self) -> None:
+        if self.pos != len(self.view):
+            raise MalformedRequestError(f"{len(self.view) - self.pos} unexpected bytes after the request")
+
+
+def _produce(cursor: _Cursor) -> ProduceRequest:
+    topic = cursor.string()
+    partition, set_size = cursor.take(_PRODUCE_TAIL)
+    return ProduceRequest(topic, partition, cursor.blob(set_size))
+
+
+def _fetch(cursor: _Cursor) -> FetchRequest:
+    topic = cursor.string()
+    return FetchRequest(topic, *cursor.take(_FETCH_TAIL))
+
+
+def decode_request(frame):
+    """Decode one frame body (starting with the int16 request type)."""
+    view = memoryview(frame)
+    cursor = _Cursor(view, 0)
+    (request_type,) = cursor.take(_INT16)
+    if request_type == RequestType.PRODUCE:
+        request = _produce(cursor)
+    elif request_type == RequestType.FETCH:
+        request = _fetch(cursor)
+    elif request_type == RequestType.MULTIFETCH:
+        request = MultiFetchRequest([_fetch(cursor) for _ in range(cursor.count())])
+    elif request_type == RequestType.MULTIPRODUCE:
+        request = MultiProduceRequest([_produce(cursor) for _ in range(cursor.count())])
+    elif request_type == RequestType.OFFSETS:
+        topic = cursor.string()
+        request = OffsetsRequest(topic, *cursor.take(_OFFSETS_TAIL))
+    elif request_type == RequestType.PRODUCE_ACKED:
+        (durability,) = cursor.take(_INT16)
+        if durability not in (Durability.APPEND, Durability.FLUSH):
+            raise MalformedRequestError(f"durability {durability} is neither 0 (append) nor 1 (flush)")
+        produce = _produce(cursor)
+        request = ProduceAckedRequest(durability, produce.topic, produce.partition, produce.message_set)
+    else:
+        raise MalformedRequestError(f"unknown request type {request_type}")
+    cursor.finish()
+    return request
+
+
+# --- encoders (clients, tests) --------------------------------------------------
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode("latin-1") if isinstance(text, str) else bytes(text)
+    return _INT16.pack(len(raw)) + raw
+
+
+def _frame(body: bytes) -> bytes:
+    return SIZE.pack(len(body)) + body
+
+
+def produce_parts(topic: str, partition: int, message_set) -> tuple:
+    """``(header, message_set)`` of a PRODUCE frame: send both (vectored) without a copy."""
+    head = _INT16.pack(RequestType.PRODUCE) + _string(topic) + _PRODUCE_TAIL.pack(partition, len(message_set))
+    return SIZE.pack(len(head) + len(message_set)) + head, message_set
+
+
+def encode_produce(topic: str, partition: int, message_set) -> bytes:
+    return b"".join(produce_parts(topic, partition, message_set))
+
+
+def produce_acked_parts(durability: int, topic: str, partition: int, message_set) -> tuple:
+    head = (
+        _INT16.pack(RequestType.PRODUCE_ACKED) + _INT16.pack(durability) + _string(topic)
+        + _PRODUCE_TAIL.pack(partition, len(message_set))
+    )
+    return SIZE.pack(len(head) + len(message_set)) + head, message_set
+
+
+def encode_produce_acked(durability: int, topic: str, partition: int, message_set) -> bytes:
+    return b"".join(produce_acked_parts(durability, topic, partition, message_set))
+
+
+def encode_multiproduce(produces) -> bytes:
+    """``produces``: iterable of ``(topic, partition, message_set)``."""
+    parts = [_INT16.pack(RequestType.MULTIPRODUCE)]
+    produces = list(produces)
+    parts.append(_INT16.pack(len(produces)))
+    for topic, partition, message_set in produces:
+        parts.append(_string(topic) + _PRODUCE_TAIL.pack(partition, len(message_set)))
+        parts.append(bytes(message_set))
+    return _frame(b"".join(parts))
+
+
+def _fetch_body(topic: str, partition: int, offset: int, max_size: int) -> bytes:
+    return _string(topic) + _FETCH_TAIL.pack(partition, offset, max_size)
+
+
+def encode_fetch(topic: str, partition: int, offset: int, max_size: int) -> bytes:
+    return _frame(_INT16.pack(RequestType.FETCH) + _fetch_body(topic, partition, offset, max_size))
+
+
+def encode_multifetch(fetches) -> bytes:
+    """``fetches``: iterable of ``(topic, partition, offset, max_size)``."""
+    fetches = list(fetches)
+    body = _INT16.pack(RequestType.MULTIFETCH) + _INT16.pack(len(fetches))
+    return _frame(body + b"".join(_fetch_body(*fetch) for fetch in fetches))
+
+
+def encode_offsets(topic: str, partition: int, time: int, max_offsets: int) -> bytes:
+    return _frame(_INT16.pack(RequestType.OFFSETS) + _string(topic) + _OFFSETS_TAIL.pack(partition, time, max_offsets))

@@ -1,0 +1,590 @@
+"""The supervisor: the one place where the broker's processes are made, watched and
+stopped (gunicorn's arbiter is the model).
+
+It loads nothing itself but the configuration; before forking it makes everything
+the children share (the listening socket, the shared-memory rings and tables, the
+control channels), so a respawned child inherits the same ones. It then forks the
+partition workers, waits until each has opened its logs, forks the acceptor and
+tells systemd it is ready. Its loop only reacts: signals arrive through a wake-up
+fd, children through their control channels and SIGCHLD, ``mpbroker-ctl`` through
+the control socket, plus once-a-second checks (heartbeats, respawn back-off).
+
+A worker that dies is respawned in the same slot with the same partitions, after the
+acceptor has failed what was in flight to it (the ``worker_down`` handshake) and
+the supervisor has emptied that worker's rings. The acceptor is respawned at once.
+
+Signals: TERM (or ``mpbroker-ctl shutdown``) stops gracefully: the acceptor first
+(no new requests, in-flight ones answered), then the workers (flush, close); when
+every worker stopped cleanly the clean-shutdown marker is written. INT and QUIT stop
+fast (no flush, no marker: the next start recovers). HUP reloads the configuration
+file and hands the settings that can change at run time to the children.
+"""
+
+import collections
+import errno
+import fcntl
+import logging
+import os
+import platform
+import resource
+import selectors
+import signal
+import socket
+import time
+
+from mpbroker.acceptor.acceptor import Acceptor
+from mpbroker.config import ConfigError, load_config
+from mpbroker.control_server import ControlServer
+from mpbroker.ipc.control import ControlChannel
+from mpbroker.ipc.partition_table import PartitionTable, TornEntryError
+from mpbroker.ipc.ring import Ring
+from mpbroker.ipc.slot_table import SlotState, SlotTable
+from mpbroker.logging_setup import configure_logging, set_level, set_role
+from mpbroker.process import die_with_parent, reset_signals, set_process_name
+from mpbroker.segments.clean_shutdown import take_marker, write_marker
+from mpbroker import systemd
+from mpbroker.workers.worker import PartitionWorker
+
+log = logging.getLogger(__name__)
+
+PARTITIONS_PER_WORKER = 32768
+ACK_TIMEOUT_S = 2.0
+ACCEPTOR_STOP_TIMEOUT_S = 15.0
+WORKER_STOP_TIMEOUT_S = 120.0
+FAST_STOP_TIMEOUT_S = 5.0
+MAX_RESPAWN_BACKOFF_S = 30.0
+RATE_SAMPLE_S = 5.0
+RATE_WINDOW_S = 60.0
+# Settings a running broker can take from a reload (HUP); anything else needs a restart.
+RELOADABLE = {
+    "log.flush.interval", "topic.log.flush.interval", "log.default.flush.scheduler.interval.ms",
+    "log.default.flush.interval.ms", "topic.flush.intervals.ms", "log.retention.hours",
+    "topic.log.retention.hours", "log.retention.size", "log.cleanup.interval.mins", "log.roll.hours",
+    "log.file.size", "max.message.size", "max.inflated.request.bytes", "log.level",
+    "worker.heartbeat.timeout.ms", "max.connections",
+}
+
+RUNNING, STOPPING_ACCEPTOR, STOPPING_WORKERS, STOPPED = "running", "stopping acceptor", "stopping workers", "stopped"
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message says why."""
+
+
+class Child:
+    """One process slot: a worker (slot 0..N-1) or the acceptor (slot N)."""
+
+    def __init__(self, slot: int, role: str):
+        self.slot = slot
+        self.role = role
+        self.pid = 0
+        self.state = SlotState.EMPTY
+        self.generation = 0
+        self.restarts = 0
+        self.started = 0.0  # time.monotonic() of the last fork
+        self.started_ms = 0
+        self.ready = False
+        self.channel, self.child_channel = ControlChannel.pair()
+        self.awaiting_ack = None  # generation of a worker_down the acceptor has not acknowledged
+        self.ack_deadline = 0.0
+        self.respawn_at = None
+        self.backoff = 0.0
+        self.last_exit = None
+        self.stop_deadline = None
+
+    @property
+    def alive(self) -> bool:
+        return self.pid > 0
+
+    @property
+    def name(self) -> str:
+        return "acceptor" if self.role == "acceptor" else f"worker {self.slot}"
+
+
+class Supervisor:
+    def __init__(self, config, config_path: str | None = None, overrides=()):
+        self.config = config
+        self.config_path = config_path
+        self.overrides = list(overrides)
+        self.pid = os.getpid()
+        self.phase = RUNNING
+        self.fast = False
+        self.exit_code = 0
+        self._started_at = time.monotonic()
+        self._ready_notified = False
+        self._rate_samples = collections.deque()
+        self._next_rate_sample = 0.0
+        self._next_watchdog = 0.0
+
+    # --- start ------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        if platform.machine() not in ("x86_64", "AMD64"):
+            raise StartupError(f"the shared-memory rings rely on x86-64 memory ordering; this is {platform.machine()}")
+        config = self.config
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        try:
+            os.makedirs(config.log_dir, 0o755, exist_ok=True)
+        except OSError as exc:
+            raise StartupError(f"cannot create log.dir {config.log_dir}: {exc.strerror}") from exc
+        self._lock_log_dir()
+        self.clean = take_marker(config.log_dir)
+        workers = config.num_workers
+        self.request_rings = [Ring(config.ring_buffer_bytes) for _ in range(workers)]
+        self.answer_rings = [Ring(max(1 << 20, config.ring_buffer_bytes // 4)) for _ in range(workers)]
+        self.tables = [PartitionTable(PARTITIONS_PER_WORKER) for _ in range(workers)]
+        self.slots = SlotTable(workers + 1)
+        self.workers = [Child(slot, "worker") for slot in range(workers)]
+        self.acceptor = Child(workers, "acceptor")
+        self.listener = self._listen()
+        try:
+            self.control_server = ControlServer(config.control_socket_path)
+        except OSError as exc:
+            raise StartupError(f"cannot create the control socket {config.control_socket_path}: {exc}") from exc
+        except Exception as exc:
+            raise StartupError(str(exc)) from exc
+
+    def _lock_log_dir(self) -> None:
+        path = os.path.join(self.config.log_dir, ".lock")
+        self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StartupError(f"another broker is using log.dir {self.config.log_dir}") from None
+
+    def _listen(self) -> socket.socket:
+        host = self.config.hostname or ""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((host, self.config.port))
+        except OSError as exc:
+            listener.close()
+            raise StartupError(f"cannot listen on {host or '*'}:{self.config.port}: {exc.strerror}") from exc
+        listener.listen(1024)
+        return listener
+
+    @property
+    def port(self) -> int:
+        return self.listener.getsockname()[1]
+
+    # --- children ---------------------------------------------------------------
+
+    def _fork(self, child: Child, target) -> None:
+        child.generation += 1
+        self.slots.beat(child.slot, int(time.time() * 1000))  # the child beats from here on
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                reset_signals()
+                die_with_parent(self.pid)
+                set_role(child.name)
+                set_process_name(f"mpbroker-{'acc' if child.role == 'acceptor' else 'w' + str(child.slot)}")
+                self._close_in_child(child)
+                code = target(child)
+            except BaseException:
+                log.exception("%s failed", child.name)
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        child.pid = pid
+        child.state = SlotState.STARTING
+        child.ready = False
+        child.started = time.monotonic()
+        child.started_ms = int(time.time() * 1000)
+        child.stop_deadline = None
+        self.slots.write(child.slot, pid=pid, state=SlotState.STARTING, generation=child.generation,
+                         restarts=child.restarts, started_ms=child.started_ms)
+        log.info("started %s (pid %d)", child.name, pid)
+
+    def _close_in_child(self, child: Child) -> None:
+        self.control_server.sock.close()
+        os.close(self._lock_fd)
+        for other in [*self.workers, self.acceptor]:
+            other.channel.close()
+            if other is not child:
+                other.child_channel.close()
+        if child.role != "acceptor":
+            self.listener.close()
+
+    def _run_worker(self, child: Child) -> int:
+        recover = not self.clean or child.restarts > 0
+        worker = PartitionWorker(child.slot, self.config, self.request_rings[child.slot],
+                                 self.answer_rings[child.slot], self.tables[child.slot], self.slots,
+                                 child.child_channel, recover=recover)
+        return worker.run()
+
+    def _run_acceptor(self, child: Child) -> int:
+        acceptor = Acceptor(self.config, self.listener, self.request_rings, self.answer_rings, self.tables,
+                            self.slots, child.slot, child.child_channel, child.restarts)
+        child.child_channel.send("ready")
+        return acceptor.run()
+
+    def _spawn_worker(self, child: Child) -> None:
+        self.request_rings[child.slot].reset()
+        self.answer_rings[child.slot].reset()
+        self._fork(child, self._run_worker)
+
+    def _spawn_acceptor(self) -> None:
+        self._fork(self.acceptor, self._run_acceptor)
+
+    # --- the loop ---------------------------------------------------------------
+
+    def run(self) -> int:
+        self._prepare()
+        self.selector = selectors.DefaultSelector()
+        wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, lambda signum, frame: None)  # the wake-up fd carries it
+        self.selector.register(wakeup_read, selectors.EVENT_READ, "signal")
+        self.selector.register(self.control_server.fileno(), selectors.EVENT_READ, "ctl")
+        for child in [*self.workers, self.acceptor]:
+            self.selector.register(child.channel.fileno(), selectors.EVENT_READ, child)
+        log.info("mpbroker %d starting: %d workers, log.dir %s, %s", self.config.brokerid, len(self.workers),
+                 self.config.log_dir, "clean shutdown last time" if self.clean else "recovering logs")
+        for child in self.workers:
+            self._spawn_worker(child)
+        try:
+            while self.phase != STOPPED:
+                for key, _ in self.selector.select(self._timeout()):
+                    if key.data == "signal":
+                        self._on_signals(os.read(wakeup_read, 512))
+                    elif key.data == "ctl":
+                        self.control_server.handle(self._run_command)
+                    else:
+                        self._on_child_messages(key.data)
+                self._reap()
+                self._tick()
+        finally:
+            self._cleanup()
+        return self.exit_code
+
+    def _timeout(self) -> float:
+        return 0.1 if self.phase != RUNNING or any(c.respawn_at for c in self.workers) else 1.0
+
+    def _on_signals(self, signals: bytes) -> None:
+        for number in signals:
+            if number == signal.SIGTERM:
+                self.begin_stop("SIGTERM")
+            elif number in (signal.SIGINT, signal.SIGQUIT):
+                self._stop_fast(signal.Signals(number).name)
+            elif number == signal.SIGHUP:
+                self.reload()
+
+    def _on_child_messages(self, child: Child) -> None:
+        for message in child.channel.receive_all():
+            if message is None:
+                continue  # its end closes when it exits; SIGCHLD tells us
+            op = message.get("op")
+            if op == "ready":
+                self._on_ready(child)
+            elif op == "worker_down_ack" and child is self.acceptor:
+                worker = self.workers[message["slot"]]
+                if worker.awaiting_ack == message["generation"]:
+                    worker.awaiting_ack = None
+                    self._schedule_respawn(worker)
+
+    def _on_ready(self, child: Child) -> None:
+        child.ready = True
+        child.state = SlotState.UP
+        self.slots.set_state(child.slot, SlotState.UP)
+        if child.role == "acceptor":
+            if not self._ready_notified:
+                self._ready_notified = True
+                systemd.notify(f"READY=1\nMAINPID={self.pid}\nSTATUS=accepting on port {self.port}")
+                log.info("ready: accepting on port %d", self.port)
+            return
+        log.info("%s is up", child.name)
+        if self.acceptor.alive:
+            self.acceptor.channel.send("worker_up", slot=child.slot)
+        elif self.phase == RUNNING and self.acceptor.generation == 0 and all(w.ready for w in self.workers):
+            self._spawn_acceptor()  # the first start: every worker has opened its logs
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = next((c for c in [*self.workers, self.acceptor] if c.pid == pid), None)
+            if child is not None:
+                self._on_exit(child, os.waitstatus_to_exitcode(status))
+
+    def _on_exit(self, child: Child, code: int) -> None:
+        lived = time.monotonic() - child.started
+        was_ready = child.ready
+        child.pid = 0
+        child.ready = False
+        child.last_exit = code
+        child.state = SlotState.DOWN
+        self.slots.set_state(child.slot, SlotState.DOWN)
+        how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
+        if self.phase != RUNNING:
+            log.info("%s stopped (%s)", child.name, how)
+            return
+        log.error("%s (pid gone) died: %s after %.1fs", child.name, how, lived)
+        if child.role == "worker" and not was_ready and not self._ready_notified:
+            log.critical("%s could not open its logs; stopping the broker", child.name)
+            self.exit_code = 1
+            self.begin_stop("a worker failed to start")
+            return
+        child.backoff = min(MAX_RESPAWN_BACKOFF_S, max(0.5, child.backoff * 2)) if lived < 5 else 0.0
+        if child.role == "acceptor":
+            child.restarts += 1
+            for worker in self.workers:  # the next acceptor reads the slot table instead
+                if worker.awaiting_ack is not None:
+                    worker.awaiting_ack = None
+                    self._schedule_respawn(worker)
+            child.respawn_at = time.monotonic() + child.backoff
+            return
+        if self.acceptor.alive:
+            child.awaiting_ack = child.generation
+            child.ack_deadline = time.monotonic() + ACK_TIMEOUT_S
+            self.acceptor.channel.send("worker_down", slot=child.slot, generation=child.generation)
+        else:
+            self._schedule_respawn(child)
+
+    def _schedule_respawn(self, child: Child) -> None:
+        child.restarts += 1
+        child.respawn_at = time.monotonic() + child.backoff
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if self.phase == RUNNING:
+            for child in self.workers:
+                if child.awaiting_ack is not None and now > child.ack_deadline:
+                    log.warning("acceptor did not confirm %s's death in time; respawning anyway", child.name)
+                    child.awaiting_ack = None
+                    self._schedule_respawn(child)
+                if child.respawn_at is not None and now >= child.respawn_at:
+                    child.respawn_at = None
+                    self._spawn_worker(child)
+            if self.acceptor.respawn_at is not None and now >= self.acceptor.respawn_at:
+                self.acceptor.respawn_at = None
+                self._spawn_acceptor()
+            self._check_heartbeats()
+            self._sample_rates(now)
+        else:
+            self._advance_stop(now)
+        interval = systemd.watchdog_interval_s()
+        if interval and now >= self._next_watchdog:
+            systemd.notify("WATCHDOG=1")
+            self._next_watchdog = now + interval
+
+    def _check_heartbeats(self) -> None:
+        now_ms = int(time.time() * 1000)
+        limit = self.config.worker_heartbeat_timeout_ms
+        for child in [*self.workers, self.acceptor]:
+            if not child.alive or not child.ready:
+                continue
+            silent = now_ms - self.slots.read(child.slot).heartbeat_ms
+            if silent > limit:
+                log.error("%s (pid %d) sent no heartbeat for %d ms; killing it", child.name, child.pid, silent)
+                self._kill(child, signal.SIGKILL)
+
+    @staticmethod
+    def _kill(child: Child, sig: int) -> None:
+        try:
+            os.kill(child.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    # --- stop -------------------------------------------------------------------
+
+    def begin_stop(self, why: str) -> None:
+        if self.phase != RUNNING:
+            return
+        log.info("graceful stop (%s)", why)
+        systemd.notify("STOPPING=1")
+        self.phase = STOPPING_ACCEPTOR
+        for child in self.workers:
+            child.respawn_at = None
+            child.awaiting_ack = None
+        self.acceptor.respawn_at = None
+        if self.acceptor.alive:
+            self.acceptor.channel.send("stop")
+            self.acceptor.stop_deadline = time.monotonic() + ACCEPTOR_STOP_TIMEOUT_S
+
+    def _advance_stop(self, now: float) -> None:
+        if self.phase == STOPPING_ACCEPTOR:
+            if self.acceptor.alive:
+                if now > self.acceptor.stop_deadline:
+                    log.warning("acceptor did not stop in time; killing it")
+                    self._kill(self.acceptor, signal.SIGKILL)
+                return
+            self.phase = STOPPING_WORKERS
+            for child in self.workers:
+                if child.alive:
+                    child.channel.send("stop")
+                    child.stop_deadline = now + WORKER_STOP_TIMEOUT_S
+        if self.phase == STOPPING_WORKERS:
+            alive = [child for child in self.workers if child.alive]
+            for child in alive:
+                if now > child.stop_deadline:
+                    log.warning("%s did not stop in time; killing it", child.name)
+                    self._kill(child, signal.SIGKILL)
+            if alive:
+                return
+            clean = not self.fast and all(child.last_exit == 0 for child in self.workers)
+            if clean:
+                write_marker(self.config.log_dir)
+                log.info("every log flushed and closed; clean-shutdown marker written")
+            else:
+                log.warning("not every worker stopped cleanly; the next start recovers the logs")
+            self.phase = STOPPED
+
+    def _stop_fast(self, why: str) -> None:
+        log.info("fast stop (%s)", why)
+        systemd.notify("STOPPING=1")
+        self.fast = True
+        self.phase = STOPPING_WORKERS
+        deadline = time.monotonic() + FAST_STOP_TIMEOUT_S
+        for child in [*self.workers, self.acceptor]:
+            child.respawn_at = None
+            if child.alive:
+                self._kill(child, signal.SIGQUIT)
+                child.stop_deadline = deadline
+        self.acceptor.stop_deadline = deadline
+
+    def _cleanup(self) -> None:
+        for child in [*self.workers, self.acceptor]:
+            if child.alive:
+                self._kill(child, signal.SIGKILL)
+        self.control_server.close()
+        self.listener.close()
+        log.info("supervisor exiting (code %d)", self.exit_code)
+
+    # --- reload -----------------------------------------------------------------
+
+    def reload(self) -> dict:
+        if self.config_path is None:
+            return {"ok": False, "error": "started without a configuration file: nothing to reload"}
+        systemd.notify("RELOADING=1")
+        try:
+            new, warnings = load_config(self.config_path, self.overrides)
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running configuration: %s", exc)
+            systemd.notify("READY=1")
+            return {"ok": False, "error": str(exc)}
+        for warning in warnings:
+            log.warning("%s", warning)
+        old_properties, new_properties = self.config.as_properties(), new.as_properties()
+        changed = {key for key in new_properties if new_properties[key] != old_properties.get(key)}
+        needs_restart = sorted(changed - RELOADABLE)
+        if needs_restart:
+            log.warning("reload: %s can only change with a restart; keeping the running values",
+                        ", ".join(needs_restart))
+        applied = {key: new_properties[key] for key in changed & RELOADABLE}
+        self.config = self.config.with_overrides(applied)
+        set_level(self.config.log_level)
+        properties = self.config.as_properties()
+        for child in [*self.workers, self.acceptor]:
+            if child.alive:
+                child.channel.send("reload", properties=properties)
+        log.info("reloaded: %s", ", ".join(sorted(applied)) or "nothing changed")
+        systemd.notify("READY=1")
+        return {"ok": True, "applied": sorted(applied), "needs_restart": needs_restart}
+
+    # --- status -----------------------------------------------------------------
+
+    def _partition_states(self) -> list:
+        rows = []
+        for slot, table in enumerate(self.tables):
+            for index, topic, partition in table.names():
+                try:
+                    state = table.read(index)
+                except TornEntryError:
+                    continue
+                rows.append((topic, partition, slot, state))
+        return rows
+
+    def _sample_rates(self, now: float) -> None:
+        if now < self._next_rate_sample:
+            return
+        self._next_rate_sample = now + RATE_SAMPLE_S
+        totals = {(topic, partition): state.messages_in for topic, partition, _, state in self._partition_states()}
+        self._rate_samples.append((now, totals))
+        while self._rate_samples and now - self._rate_samples[0][0] > RATE_WINDOW_S:
+            self._rate_samples.popleft()
+
+    def _rate(self, key, current: int) -> float:
+        if not self._rate_samples:
+            return 0.0
+        when, totals = self._rate_samples[0]
+        span = time.monotonic() - when
+        return (current - totals.get(key, 0)) / span if span > 0 else 0.0
+
+    def status(self) -> dict:
+        now_ms = int(time.time() * 1000)
+        rows = self._partition_states()
+        by_worker = collections.Counter(slot for _, _, slot, _ in rows)
+
+        def describe(child: Child) -> dict:
+            heartbeat = self.slots.read(child.slot).heartbeat_ms
+            return {
+                "slot": child.slot, "pid": child.pid or None, "state": SlotState(child.state).name.lower(),
+                "restarts": child.restarts,
+                "uptime_s": round(time.monotonic() - child.started, 1) if child.alive else 0,
+                "heartbeat_age_ms": now_ms - heartbeat if heartbeat else None,
+                "last_exit": child.last_exit,
+            }
+
+        workers = []
+        for child in self.workers:
+            entry = describe(child)
+            entry["partitions"] = by_worker.get(child.slot, 0)
+            workers.append(entry)
+        partitions = [{
+            "topic": topic, "partition": partition, "worker": slot,
+            "log_start": state.log_start, "log_end": state.log_end, "flushed_end": state.flushed_end,
+            "segments": state.segment_count, "bytes": state.log_end - state.log_start,
+            "messages_in": state.messages_in,
+            "messages_per_s": round(self._rate((topic, partition), state.messages_in), 1),
+        } for topic, partition, slot, state in sorted(rows, key=lambda row: (row[0], row[1]))]
+        return {
+            "ok": True, "pid": self.pid, "brokerid": self.config.brokerid, "port": self.port,
+            "phase": self.phase, "uptime_s": round(time.monotonic() - self._started_at, 1),
+            "log_dir": self.config.log_dir, "workers": workers, "acceptor": describe(self.acceptor),
+            "partitions": partitions,
+        }
+
+    def _run_command(self, request: dict) -> dict:
+        command = request.get("command")
+        if command == "status":
+            return self.status()
+        if command == "shutdown":
+            self.begin_stop("mpbroker-ctl shutdown")
+            return {"ok": True, "pid": self.pid}
+        if command == "reload":
+            return self.reload()
+        return {"ok": False, "error": f"unknown command {command!r}"}
+
+
+def serve(config_path: str, overrides=()) -> int:
+    """``mpbroker serve``: load the configuration, run the supervisor until it stops."""
+    try:
+        config, warnings = load_config(config_path, overrides)
+    except ConfigError as exc:
+        configure_logging("INFO", "supervisor")
+        log.critical("%s", exc)
+        return 2
+    configure_logging(config.log_level, "supervisor")
+    for warning in warnings:
+        log.warning("%s", warning)
+    try:
+        return Supervisor(config, config_path, overrides).run()
+    except StartupError as exc:
+        log.critical("cannot start: %s", exc)
+        return 1
+    except OSError as exc:
+        if exc.errno == errno.EACCES:
+            log.critical("cannot start: %s", exc)
+            return 1
+        raise

@@ -1,0 +1,159 @@
+"""From produce records to validated appends and answers, one ring batch at a time.
+
+Per batch: fragments of large sets are put together; every set is validated in full
+(CRC, lengths, deep into compressed wrappers, ``max.message.size``, bounded
+inflation) before anything is written; valid sets are grouped by partition and each
+partition gets one ``writev`` of all its sets, in ring order. Answers go out as ring
+records: an ACK per acknowledged produce (after the append, or once a flush covers
+it), a CLOSE per failed fire-and-forget produce, and one DONE for the batch's
+fire-and-forget produces.
+"""
+
+import logging
+
+from mpbroker.errors import ErrorCode, LogCorruptError, MPBrokerError
+from mpbroker.ipc import messages
+from mpbroker.ipc.messages import Mode
+from mpbroker.ipc.partition_table import TableFullError
+from mpbroker.segments.message_set import validate_message_set
+
+log = logging.getLogger(__name__)
+
+
+class _Produce:
+    __slots__ = ("request_id", "topic", "partition", "mode", "data", "messages")
+
+    def __init__(self, request_id, topic, partition, mode, data):
+        self.request_id = request_id
+        self.topic = topic
+        self.partition = partition
+        self.mode = mode
+        self.data = data
+        self.messages = 0
+
+
+class ProduceHandler:
+    def __init__(self, logs, publisher, flusher, config, answer, clock_ms):
+        self._logs = logs
+        self._publisher = publisher
+        self._flusher = flusher
+        self.config = config  # replaced on reload
+        self._answer = answer  # callable(kind, parts): queue a record for the acceptor
+        self._clock_ms = clock_ms
+        self._partial = {}  # request id -> (first fragment, bytearray, bytes received)
+        self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
+
+    @property
+    def waiting_for_flush(self) -> int:
+        return sum(len(waiters) for waiters in self._flush_waiters.values())
+
+    def handle(self, fragments) -> None:
+        produces = [produce for produce in map(self._assemble, fragments) if produce is not None]
+        groups = {}
+        last_fire_and_forget = None
+        for produce in produces:
+            if produce.mode == Mode.FIRE_AND_FORGET:
+                last_fire_and_forget = produce.request_id
+            if self._validate(produce):
+                groups.setdefault((produce.topic, produce.partition), []).append(produce)
+        for (topic, partition), group in groups.items():
+            self._append(topic, partition, group)
+        if last_fire_and_forget is not None:
+            self._answer(messages.KIND_DONE, messages.encode_done(last_fire_and_forget))
+
+    def _assemble(self, fragment):
+        """The whole produce once its last fragment is in, else None."""
+        if fragment.fragment_offset == 0 and len(fragment.data) == fragment.total_size:
+            return _Produce(fragment.request_id, fragment.topic, fragment.partition, fragment.mode,
+                            bytes(fragment.data))
+        first, buffer, received = self._partial.get(fragment.request_id, (fragment, None, 0))
+        if buffer is None:
+            buffer = bytearray(fragment.total_size)
+        end = fragment.fragment_offset + len(fragment.data)
+        buffer[fragment.fragment_offset:end] = fragment.data
+        received += len(fragment.data)
+        if received < fragment.total_size:
+            self._partial[fragment.request_id] = (first, buffer, received)
+            return None
+        self._partial.pop(fragment.request_id, None)
+        return _Produce(first.request_id, first.topic, first.partition, first.mode, bytes(buffer))
+
+    def _validate(self, produce) -> bool:
+        result = validate_message_set(
+            produce.data,
+            self.config.max_message_size,
+            inflate_limit=self.config.max_inflated_request_bytes,
+        )
+        if result.error is not None:
+            self._fail(produce, result.error.code, f"refused produce to {produce.topic}-{produce.partition}: "
+                                                   f"{result.error}")
+            return False
+        produce.messages = result.messages
+        return True
+
+    def _fail(self, produce, code: int, reason: str) -> None:
+        log.warning("%s", reason)
+        if produce.mode == Mode.FIRE_AND_FORGET:
+            self._answer(messages.KIND_CLOSE, messages.encode_close(produce.request_id, reason))
+        else:
+            self._answer(messages.KIND_ACK, messages.encode_ack(produce.request_id, code, produce.partition,
+                                                                -1, -1, reason))
+
+    def _append(self, topic: str, partition: int, group: list) -> None:
+        data = [produce.data for produce in group if produce.data]
+        total_messages = sum(produce.messages for produce in group)
+        partition_log = self._logs.get(topic, partition)
+        try:
+            if partition_log is None and data:
+                partition_log = self._logs.get_or_create(topic, partition)
+                self._publisher.add(partition_log)
+            offset = partition_log.append_many(data, total_messages) if data else (
+                partition_log.log_end if partition_log is not None else 0)
+        except LogCorruptError:
+            raise  # the log is in doubt: let the worker die and be recovered
+        except (MPBrokerError, TableFullError, OSError) as exc:
+            code = getattr(exc, "code", ErrorCode.UNKNOWN)
+            for produce in group:
+                self._fail(produce, code, f"append to {topic}-{partition} failed: {exc}")
+            return
+        if partition_log is None:  # only empty sets for a partition with no log yet
+            for produce in group:
+                self._acknowledge(produce, 0, 0)
+            return
+        now = self._clock_ms()
+        self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
+        for produce in group:
+            next_offset = offset + len(produce.data)
+            if produce.mode == Mode.ACK_APPEND:
+                self._acknowledge(produce, offset, next_offset)
+            elif produce.mode == Mode.ACK_FLUSH:
+                self._flush_waiters.setdefault(partition_log, []).append(
+                    (next_offset, produce.request_id, produce.partition, offset))
+            offset = next_offset
+        if partition_log in self._flush_waiters or partition_log.flush_due(now):
+            self._flusher.request(partition_log)
+        self._publisher.publish(partition_log)
+
+    def _acknowledge(self, produce, offset: int, next_offset: int) -> None:
+        self._answer(messages.KIND_ACK, messages.encode_ack(produce.request_id, ErrorCode.NO_ERROR,
+                                                            produce.partition, offset, next_offset))
+
+    def flushed(self, partition_log) -> None:
+        """Answer the flush acks a completed flush of ``partition_log`` covers."""
+        waiters = self._flush_waiters.get(partition_log)
+        if not waiters:
+            return
+        flushed_end = partition_log.flushed_end
+        remaining = []
+        for waiter in waiters:
+            next_offset, request_id, partition, offset = waiter
+            if next_offset <= flushed_end:
+                self._answer(messages.KIND_ACK, messages.encode_ack(request_id, ErrorCode.NO_ERROR, partition,
+                                                                    offset, next_offset))
+            else:
+                remaining.append(waiter)
+        if remaining:
+            self._flush_waiters[partition_log] = remaining
+            self._flusher.request(partition_log)
+        else:
+            del self._flush_waiters[partition_log]

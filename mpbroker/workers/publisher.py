@@ -1,0 +1,55 @@
+"""Keeps a worker's entries in the shared partition table in step with its logs.
+
+The acceptor serves fetches from what is published here (flushed end, log start,
+segment list version), so a log's entry is rewritten after every change a reader
+cares about: appends (log end, counters), flushes (flushed end), rolls and retention
+(segments).
+"""
+
+from mpbroker.ipc.partition_table import PartitionState, PartitionTable
+
+
+class Publisher:
+    def __init__(self, table: PartitionTable):
+        self._table = table
+        self._index = {}  # Log -> table index
+        self._counters = {}  # Log -> [messages_in, bytes_in, last_flush_ms]
+        self._version_base = {}  # Log -> added to its segments_version (monotonic across restarts)
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def add(self, partition_log) -> None:
+        index = self._table.find_or_add(partition_log.topic, partition_log.partition)
+        self._index[partition_log] = index
+        previous = self._table.read(index)  # counters and versions go on across worker restarts
+        self._counters[partition_log] = [previous.messages_in, previous.bytes_in, previous.last_flush_ms]
+        self._version_base[partition_log] = previous.segments_version + 1
+        self.publish(partition_log)
+
+    def count(self, partition_log, messages: int, nbytes: int) -> None:
+        counters = self._counters[partition_log]
+        counters[0] += messages
+        counters[1] += nbytes
+
+    def flushed(self, partition_log, now_ms: int) -> None:
+        self._counters[partition_log][2] = now_ms
+        self.publish(partition_log)
+
+    def publish(self, partition_log) -> None:
+        messages_in, bytes_in, last_flush_ms = self._counters[partition_log]
+        self._table.write(self._index[partition_log], PartitionState(
+            partition_log.log_start,
+            partition_log.flushed_end,
+            partition_log.log_end,
+            self._version_base[partition_log] + partition_log.segments_version,
+            messages_in,
+            bytes_in,
+            last_flush_ms,
+            partition_log.segment_count,
+            partition_log.partition,
+        ))
+
+    def publish_all(self) -> None:
+        for partition_log in self._index:
+            self.publish(partition_log)

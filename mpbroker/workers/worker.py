@@ -1,0 +1,248 @@
+"""The partition worker process.
+
+A worker owns the partitions its slot is assigned (``ownership.owner_slot``): it
+opens and recovers their logs, takes produce records from its request ring, appends,
+flushes on the policy (on background threads), runs retention, publishes each log's
+state in its partition table and answers through its answer ring. Everything runs on
+one event loop: the ring's eventfd, the flusher's eventfd, the control channel from
+the supervisor and a wake-up pipe for signals, plus timers.
+
+Exit codes: 0 after a graceful stop (every log flushed and closed), 3 when a flush
+failed (the data's durability is in doubt: the supervisor respawns the worker, which
+recovers from what is on disk), 1 for anything unexpected.
+"""
+
+import collections
+import logging
+import os
+import selectors
+import signal
+import time
+
+from mpbroker.config import config_from_properties
+from mpbroker.ipc import messages
+from mpbroker.ipc.ring import Ring
+from mpbroker.logging_setup import set_level
+from mpbroker.ownership import owner_slot
+from mpbroker.segments import LogManager
+from mpbroker.segments.log import wall_clock_ms
+from mpbroker.workers.flusher import Flusher
+from mpbroker.workers.produce_handler import ProduceHandler
+from mpbroker.workers.publisher import Publisher
+
+log = logging.getLogger(__name__)
+
+EXIT_GRACEFUL = 0
+EXIT_CRASH = 1
+EXIT_FLUSH_FAILED = 3
+HEARTBEAT_MS = 500
+FULL_RING_RETRY_S = 0.005  # re-try a full answer ring this often (a missed space wake-up costs no more)
+
+
+class _Timer:
+    __slots__ = ("interval_ms", "due_ms", "action")
+
+    def __init__(self, interval_ms: int, action, now_ms: int):
+        self.interval_ms = interval_ms
+        self.due_ms = now_ms + interval_ms
+        self.action = action
+
+
+class PartitionWorker:
+    def __init__(self, slot: int, config, requests: Ring, answers: Ring, table, slots, control, *,
+                 recover: bool, clock_ms=wall_clock_ms):
+        self.slot = slot
+        self.config = config
+        self.requests = requests
+        self.answers = answers
+        self.slots = slots
+        self.control = control
+        self.recover = recover
+        self._clock_ms = clock_ms
+        num_workers = config.num_workers
+        self.logs = LogManager(config.log_dir, config.log_config_for, clock_ms=clock_ms,
+                               owns=lambda topic, partition: owner_slot(topic, partition, num_workers) == slot)
+        self.publisher = Publisher(table)
+        self.flusher = Flusher()
+        self._outbox = collections.deque()
+        self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config,
+                                      self._queue_answer, clock_ms)
+        self._stopping = False
+        self._exit_code = EXIT_GRACEFUL
+        self._wakeup_read, self._wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._timers = []
+
+    # --- setup ------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        signal.set_wakeup_fd(self._wakeup_write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # graceful: handled in the loop
+        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_GRACEFUL))  # fast
+        signal.signal(signal.SIGQUIT, lambda signum, frame: os._exit(EXIT_GRACEFUL))
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the supervisor sends reloads itself
+
+    def _open_logs(self) -> None:
+        started = time.monotonic()
+        opened = self.logs.open_existing(recover=self.recover)
+        for partition_log in opened:
+            self.publisher.add(partition_log)
+        log.info("opened %d partition logs in %.2fs (%s)", len(opened), time.monotonic() - started,
+                 "recovered" if self.recover else "clean shutdown, no recovery")
+
+    def _make_timers(self, now: int) -> None:
+        config = self.config
+        self._timers = [
+            _Timer(config.log_default_flush_scheduler_interval_ms, self._flush_due_logs, now),
+            _Timer(config.log_cleanup_interval_mins * 60_000, self._apply_retention, now),
+            _Timer(HEARTBEAT_MS, self._beat, now),
+        ]
+
+    # --- the loop ---------------------------------------------------------------
+
+    def run(self) -> int:
+        self._install_signals()
+        self.requests.attach_reader(discard=True)
+        self.answers.attach_writer()
+        self._beat(self._clock_ms())
+        self._open_logs()
+        self._make_timers(self._clock_ms())
+        self.control.send("ready", slot=self.slot, partitions=len(self.logs))
+        selector = selectors.DefaultSelector()
+        selector.register(self.requests.data_fd, selectors.EVENT_READ, self._on_requests)
+        selector.register(self.answers.space_fd, selectors.EVENT_READ, self._on_answer_space)
+        selector.register(self.flusher.done_fd, selectors.EVENT_READ, self._on_flushed)
+        selector.register(self.control.fileno(), selectors.EVENT_READ, self._on_control)
+        selector.register(self._wakeup_read, selectors.EVENT_READ, self._on_signal)
+        try:
+            while not self._stopping:
+                for key, _ in selector.select(self._select_timeout()):
+                    key.data()
+                self._run_timers()
+                self._send_answers()
+            self._stop_gracefully()
+        finally:
+            selector.close()
+        return self._exit_code
+
+    def _select_timeout(self) -> float:
+        if self._outbox:
+            return FULL_RING_RETRY_S
+        now = self._clock_ms()
+        return max(0.0, min(timer.due_ms for timer in self._timers) - now) / 1000
+
+    def _run_timers(self) -> None:
+        now = self._clock_ms()
+        for timer in self._timers:
+            if now >= timer.due_ms:
+                timer.due_ms = now + timer.interval_ms
+                timer.action(now)
+
+    # --- events -----------------------------------------------------------------
+
+    def _on_requests(self) -> None:
+        Ring.clear_notification(self.requests.data_fd)
+        self._drain_requests()
+
+    def _drain_requests(self) -> None:
+        records = self.requests.read()
+        if not records:
+            return
+        fragments = [messages.decode_produce(body) for kind, body in records if kind == messages.KIND_PRODUCE]
+        try:
+            self.handler.handle(fragments)  # copies what it keeps out of the ring
+        finally:
+            del fragments, records
+            self.requests.release()
+
+    def _on_answer_space(self) -> None:
+        Ring.clear_notification(self.answers.space_fd)
+
+    def _on_flushed(self) -> None:
+        now = self._clock_ms()
+        for partition_log, error in self.flusher.collect():
+            if error is not None:
+                log.critical("%s; exiting so that recovery checks the log", error)
+                self._exit_code = EXIT_FLUSH_FAILED
+                self._stopping = True
+                continue
+            self.publisher.flushed(partition_log, now)
+            self.handler.flushed(partition_log)
+
+    def _on_control(self) -> None:
+        for message in self.control.receive_all():
+            if message is None:  # the supervisor is gone: stop (die_with_parent also kills us)
+                self._stopping = True
+            elif message["op"] == "stop":
+                self._stopping = True
+            elif message["op"] == "reload":
+                self._reload(message["properties"])
+
+    def _on_signal(self) -> None:
+        try:
+            signals = os.read(self._wakeup_read, 512)
+        except BlockingIOError:
+            return
+        if signal.SIGTERM in signals:
+            self._stopping = True
+
+    # --- duties -----------------------------------------------------------------
+
+    def _queue_answer(self, kind: int, parts: tuple) -> None:
+        self._outbox.append((kind, parts))
+
+    def _send_answers(self) -> None:
+        outbox = self._outbox
+        ring = self.answers
+        while outbox:
+            kind, parts = outbox[0]
+            if not ring.try_write(kind, *parts):
+                break
+            outbox.popleft()
+        ring.publish()
+
+    def _flush_due_logs(self, now: int) -> None:
+        for partition_log in self.logs.logs_due_for_flush(now):
+            self.flusher.request(partition_log)
+
+    def _apply_retention(self, now: int) -> None:
+        for partition_log in self.logs.logs():
+            if partition_log.apply_retention(now):
+                self.publisher.publish(partition_log)
+
+    def _beat(self, now: int) -> None:
+        self.slots.beat(self.slot, now)
+
+    def _reload(self, properties: dict) -> None:
+        config, _ = config_from_properties(properties)
+        self.config = config
+        self.handler.config = config
+        self.logs.reconfigure(config.log_config_for)
+        set_level(config.log_level)
+        self._make_timers(self._clock_ms())
+        log.info("reloaded: flush every %d messages or %d ms, retention %d hours",
+                 config.log_flush_interval, config.log_default_flush_interval_ms, config.log_retention_hours)
+
+    def _stop_gracefully(self) -> None:
+        """Handle what is queued, flush every log, answer, close. A failed flush keeps
+        the exit code that says so."""
+        self._drain_requests()
+        for partition_log, error in self.flusher.wait_idle():
+            if error is None:
+                self.handler.flushed(partition_log)
+        for partition_log in list(self.logs.logs()):
+            try:
+                partition_log.flush()
+            except Exception as exc:
+                log.critical("final flush of %s failed: %s", partition_log.directory, exc)
+                self._exit_code = EXIT_FLUSH_FAILED
+                continue
+            self.publisher.flushed(partition_log, self._clock_ms())
+            self.handler.flushed(partition_log)
+        self._send_answers()
+        self.flusher.stop()
+        try:
+            self.logs.close()
+        except Exception as exc:
+            log.critical("closing logs failed: %s", exc)
+            self._exit_code = EXIT_FLUSH_FAILED
+        log.info("stopped: %d partition logs flushed and closed", len(self.publisher))
