@@ -442,6 +442,19 @@ def load_config(path: str, overrides: list[str] = ()) -> tuple[BrokerConfig, lis
     return config_from_properties(props)
 
 
+def control_socket_from_file(path: str, overrides=()) -> str:
+    """The control socket a configuration file points at, reading only ``control.socket``
+    and ``log.dir``: ``mpbroker-ctl`` must reach a broker even when other keys of the
+    file are broken (for instance to see a failed reload's error)."""
+    props = _read_properties_file(path)
+    props.update(_parse_overrides(overrides))
+    explicit = props.get("control.socket", "").strip()
+    if explicit:
+        return explicit
+    log_dir = props.get("log.dir", KEYS_BY_NAME["log.dir"].default).strip()
+    return os.path.join(log_dir, CONTROL_SOCKET_NAME)
+
+
 def _read_properties_file(path: str) -> dict[str, str]:
     try:
         with open(path, encoding="utf-8") as file:

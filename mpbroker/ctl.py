@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 
-from mpbroker.config import ConfigError, load_config
+from mpbroker.config import ConfigError, control_socket_from_file
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
@@ -103,11 +103,10 @@ def main(argv=None) -> int:
     commands.add_parser("reload", help="re-read the configuration file (like SIGHUP)")
     args = parser.parse_args(argv)
     try:
-        config, _ = load_config(args.config, args.override)
+        path = control_socket_from_file(args.config, args.override)
     except ConfigError as exc:
         print(f"mpbroker-ctl: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    path = config.control_socket_path
     try:
         answer = call(path, args.command)
     except NotRunning as exc:

@@ -185,7 +185,7 @@ class Supervisor:
                 set_role(child.name)
                 set_process_name(f"mpbroker-{'acc' if child.role == 'acceptor' else 'w' + str(child.slot)}")
                 self._close_in_child(child)
-                code = target(child)
+                code = _profiled(target, child)
             except BaseException:
                 log.exception("%s failed", child.name)
             finally:
@@ -565,6 +565,22 @@ class Supervisor:
         if command == "reload":
             return self.reload()
         return {"ok": False, "error": f"unknown command {command!r}"}
+
+
+def _profiled(target, child: Child) -> int:
+    """Run a child's main; under cProfile when $MPBROKER_PROFILE_DIR names a directory
+    (stats land in ``<dir>/<role>-<pid>.prof`` when the child exits)."""
+    directory = os.environ.get("MPBROKER_PROFILE_DIR")
+    if not directory:
+        return target(child)
+    import cProfile
+
+    profiler = cProfile.Profile()
+    try:
+        return profiler.runcall(target, child)
+    finally:
+        name = "acceptor" if child.role == "acceptor" else f"worker{child.slot}"
+        profiler.dump_stats(os.path.join(directory, f"{name}-{os.getpid()}.prof"))
 
 
 def serve(config_path: str, overrides=()) -> int:

@@ -33,7 +33,7 @@ class WorkerRoute:
         self.requests = requests
         self.answers = answers
         self.up = False
-        self.outbox = collections.deque()  # (request id, record parts)
+        self.outbox = collections.deque()  # (batch entry?, record parts, bytes)
         self.outbox_bytes = 0
         self.outbox_limit = outbox_limit
         self.paused = set()  # connections not read until the outbox drains
@@ -63,10 +63,15 @@ class Router:
             route.fire_and_forget[request_id] = connection
         else:
             route.acked[request_id] = (connection, response, partition)
-        for parts in messages.produce_fragments(request_id, topic_bytes, partition, mode, message_set,
-                                                route.requests.max_record_body):
-            route.outbox.append(parts)
-            route.outbox_bytes += len(parts[2]) + 64
+        size = messages.entry_bytes(topic_bytes, message_set)
+        if size <= route.requests.max_record_body:
+            route.outbox.append((True, messages.entry_parts(request_id, topic_bytes, partition, mode, message_set),
+                                 size))
+        else:  # larger than a ring record: fragments, put together by the worker
+            for parts in messages.produce_fragments(request_id, topic_bytes, partition, mode, message_set,
+                                                    route.requests.max_record_body):
+                route.outbox.append((False, parts, len(parts[0]) + len(parts[1]) + len(parts[2])))
+        route.outbox_bytes += size
         if route.outbox_bytes > route.outbox_limit and not connection.paused:
             connection.paused = True
             route.paused.add(connection)
@@ -79,24 +84,44 @@ class Router:
             self._ready(connection)
 
     def flush_outboxes(self) -> None:
-        """Move queued records into the rings; one publish (one wake-up) per ring."""
+        """Move queued requests into the rings: runs of small produces share one record;
+        one publish (one wake-up) per ring."""
         for route in self.routes:
-            if not route.outbox:
-                continue
-            ring = route.requests
-            outbox = route.outbox
-            while outbox:
-                parts = outbox[0]
+            if route.outbox:
+                self._flush(route)
+                if route.paused and route.outbox_bytes <= route.outbox_limit // 2:
+                    for connection in route.paused:
+                        connection.paused = False
+                        self._resume(connection)
+                    route.paused.clear()
+
+    @staticmethod
+    def _flush(route) -> None:
+        ring = route.requests
+        outbox = route.outbox
+        limit = ring.max_record_body
+        while outbox:
+            is_entry, parts, size = outbox[0]
+            if not is_entry:
                 if not ring.try_write(messages.KIND_PRODUCE, *parts):
                     break
                 outbox.popleft()
-                route.outbox_bytes -= len(parts[2]) + 64
-            ring.publish()
-            if route.paused and route.outbox_bytes <= route.outbox_limit // 2:
-                for connection in route.paused:
-                    connection.paused = False
-                    self._resume(connection)
-                route.paused.clear()
+                route.outbox_bytes -= size
+                continue
+            batch = []
+            batch_bytes = count = 0
+            for is_entry, parts, size in outbox:
+                if not is_entry or batch_bytes + size > limit:
+                    break
+                batch.extend(parts)
+                batch_bytes += size
+                count += 1
+            if not ring.try_write(messages.KIND_PRODUCE_BATCH, *batch):
+                break
+            for _ in range(count):
+                outbox.popleft()
+            route.outbox_bytes -= batch_bytes
+        ring.publish()
 
     @property
     def pending_outboxes(self) -> bool:

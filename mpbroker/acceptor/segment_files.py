@@ -56,7 +56,7 @@ class Extent(NamedTuple):
 
 
 class _PartitionView:
-    __slots__ = ("table", "index", "directory", "version", "bases", "files")
+    __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state")
 
     def __init__(self, table, index: int, directory: str):
         self.table = table
@@ -65,6 +65,7 @@ class _PartitionView:
         self.version = -1
         self.bases = []
         self.files = {}
+        self.last_state = None  # the last consistent read: used while the entry is torn
 
     def refresh(self, state) -> None:
         """Re-list the segment files if the worker changed the segment list."""
@@ -106,7 +107,16 @@ class SegmentFiles:
         return self._views.get((topic, partition))
 
     def _state(self, view):
-        state = view.table.read(view.index)
+        """The partition's published state. If its writer died mid-update (until the
+        respawned worker rewrites the entry), the last consistent state still
+        describes bytes that are on disk."""
+        try:
+            state = view.table.read(view.index)
+        except TornEntryError:
+            if view.last_state is None:
+                raise
+            state = view.last_state
+        view.last_state = state
         view.refresh(state)
         return state
 

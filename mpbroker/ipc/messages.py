@@ -1,15 +1,19 @@
 """Records carried by the rings between the acceptor and a worker. Sans-IO.
 
-Acceptor -> worker, ``KIND_PRODUCE``: ``[header][topic][message-set bytes]`` where the
-header holds the request id, partition, mode (fire-and-forget, or acknowledged after
-append or after flush), the set's total size and this fragment's offset in it. A set
-larger than a ring record travels as several fragments with the same request id.
+Acceptor -> worker:
+- ``KIND_PRODUCE_BATCH``: many produce requests in one record (one ring write, one
+  wake-up): a run of entries ``[entry header][topic][message-set bytes]``, the header
+  holding the entry's length, request id, partition, topic length and mode
+  (fire-and-forget, or acknowledged after append or after flush);
+- ``KIND_PRODUCE``: one fragment of a produce whose set is larger than a ring record:
+  ``[fragment header][topic][bytes]``, where the header also gives the set's total size
+  and this fragment's offset in it; all fragments share the request id.
 
 Worker -> acceptor:
 - ``KIND_ACK``: the answer to an acknowledged produce (error, offsets);
 - ``KIND_CLOSE``: a fire-and-forget produce failed: close its connection (0.7 style);
 - ``KIND_DONE``: every fire-and-forget produce up to this request id is handled.
-Both ACK and CLOSE may carry a short reason text for the acceptor's log.
+ACK and CLOSE may carry a short reason text for the acceptor's log.
 """
 
 import struct
@@ -20,6 +24,7 @@ KIND_PRODUCE = 1
 KIND_ACK = 2
 KIND_CLOSE = 3
 KIND_DONE = 4
+KIND_PRODUCE_BATCH = 5
 
 
 class Mode(IntEnum):
@@ -28,8 +33,10 @@ class Mode(IntEnum):
     ACK_FLUSH = 2
 
 
+# bytes after this header (topic + set), request id, partition, topic length, mode
+ENTRY_HEADER = struct.Struct("<IQiHB")
 # request id, partition, topic length, mode, total set size, fragment offset
-PRODUCE_HEADER = struct.Struct("<QiHBxQQ")
+FRAGMENT_HEADER = struct.Struct("<QiHBxQQ")
 # request id, error, partition, offset, next offset
 ACK = struct.Struct("<Qhxxiqq")
 REQUEST_ID = struct.Struct("<Q")
@@ -45,27 +52,53 @@ class ProduceFragment(NamedTuple):
     data: memoryview
 
 
+def entry_parts(request_id: int, topic_bytes: bytes, partition: int, mode: int, message_set) -> tuple:
+    """The parts of one batch entry (to be concatenated into a KIND_PRODUCE_BATCH body)."""
+    header = ENTRY_HEADER.pack(len(topic_bytes) + len(message_set), request_id, partition, len(topic_bytes), mode)
+    return header, topic_bytes, message_set
+
+
+def entry_bytes(topic_bytes: bytes, message_set) -> int:
+    return ENTRY_HEADER.size + len(topic_bytes) + len(message_set)
+
+
+def decode_produce_batch(body: memoryview) -> list:
+    """``[(request_id, partition, mode, topic_bytes, message-set view), ...]``."""
+    entries = []
+    unpack = ENTRY_HEADER.unpack_from
+    header_size = ENTRY_HEADER.size
+    position = 0
+    end = len(body)
+    while position < end:
+        length, request_id, partition, topic_length, mode = unpack(body, position)
+        start = position + header_size
+        topic_end = start + topic_length
+        position = start + length
+        entries.append((request_id, partition, mode, bytes(body[start:topic_end]), body[topic_end:position]))
+    return entries
+
+
 def produce_fragments(request_id: int, topic_bytes: bytes, partition: int, mode: int, message_set,
                       max_body: int):
-    """The record bodies (as part tuples for ``Ring.try_write``) of one produce."""
+    """The record bodies (as part tuples for ``Ring.try_write``) of one large produce."""
     view = memoryview(message_set)
     total = len(view)
-    room = max_body - PRODUCE_HEADER.size - len(topic_bytes)
+    room = max_body - FRAGMENT_HEADER.size - len(topic_bytes)
     if room <= 0:
         raise ValueError("ring records are too small for a produce header")
     offset = 0
     while True:
         chunk = view[offset:offset + room]
-        header = PRODUCE_HEADER.pack(request_id, partition, len(topic_bytes), mode, total, offset)
+        header = FRAGMENT_HEADER.pack(request_id, partition, len(topic_bytes), mode, total, offset)
         yield header, topic_bytes, chunk
         offset += len(chunk)
         if offset >= total:
             return
 
 
-def decode_produce(body: memoryview) -> ProduceFragment:
-    request_id, partition, topic_length, mode, total, offset = PRODUCE_HEADER.unpack_from(body, 0)
-    start = PRODUCE_HEADER.size
+def decode_fragment(body: memoryview) -> ProduceFragment:
+    request_id, partition, topic_length, mode, total, offset = FRAGMENT_HEADER.unpack_from(body, 0)
+    start = FRAGMENT_HEADER.size
     topic = bytes(body[start:start + topic_length]).decode("ascii")
     return ProduceFragment(request_id, partition, mode, total, offset, topic, body[start + topic_length:])
 

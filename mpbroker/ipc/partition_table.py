@@ -8,17 +8,20 @@ readers may cache ``(topic, partition) -> index``.
 
 Each entry is guarded by a sequence lock: the writer makes ``seq`` odd, stores the
 fields, makes it even again; a reader retries until it reads the same even ``seq``
-before and after the fields (x86-64 store and load ordering makes this sound).
+before and after the fields (x86-64 store and load ordering makes this sound). The
+``seq`` and the entry count are loaded and stored as whole aligned 8-byte words
+through a typed memoryview: ``struct.pack_into`` would zero-fill the bytes first and
+let a reader see a torn, even ``seq``.
 """
 
 import mmap
+import os
 import struct
+import time
 from typing import NamedTuple
 
 _HEADER_BYTES = 64
-_COUNT = struct.Struct("<Q")
-ENTRY_BYTES = 384
-_SEQ = struct.Struct("<Q")
+ENTRY_BYTES = 384  # a multiple of 8: every entry's seq word is aligned
 # log_start, flushed_end, log_end, segments_version, messages_in, bytes_in, last_flush_ms,
 # segment_count, partition
 _FIELDS = struct.Struct("<qqqQQQqIi")
@@ -45,10 +48,11 @@ class TableFullError(Exception):
 
 
 class TornEntryError(Exception):
-    """An entry stayed mid-update: its writer died while storing it."""
+    """An entry stayed mid-update for too long: its writer died while storing it."""
 
 
-_READ_ATTEMPTS = 10_000
+_BUSY_SPINS = 64  # then yield the CPU: the writer may be preempted mid-update on our core
+_GIVE_UP_S = 0.02
 
 
 class PartitionTable:
@@ -56,10 +60,12 @@ class PartitionTable:
         self.capacity = capacity
         self._mm = mmap.mmap(-1, _HEADER_BYTES + capacity * ENTRY_BYTES, flags=mmap.MAP_SHARED,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._words = memoryview(self._mm).cast("Q")  # aligned 8-byte loads and stores
         self._writer_index = None  # (topic, partition) -> index, built by the writer process
+        self._writer_pid = 0
 
     def __len__(self) -> int:
-        return _COUNT.unpack_from(self._mm, 0)[0]
+        return self._words[0]
 
     @staticmethod
     def _at(index: int) -> int:
@@ -83,24 +89,36 @@ class PartitionTable:
         return [(index, *self.name(index)) for index in range(start, len(self))]
 
     def read(self, index: int) -> PartitionState:
+        """The entry's state, consistent; TornEntryError if it stays mid-update (its
+        writer died while storing it, until a new writer rewrites it)."""
         at = self._at(index)
+        word = at >> 3
+        words = self._words
         mm = self._mm
-        for _ in range(_READ_ATTEMPTS):
-            (before,) = _SEQ.unpack_from(mm, at)
-            if before & 1:
-                continue
-            fields = _FIELDS.unpack_from(mm, at + _FIELDS_AT)
-            (after,) = _SEQ.unpack_from(mm, at)
-            if before == after:
-                return PartitionState(*fields)
-        raise TornEntryError(f"partition table entry {index} is mid-update and its writer is gone")
+        spins = 0
+        deadline = None
+        while True:
+            before = words[word]
+            if not before & 1:
+                fields = _FIELDS.unpack_from(mm, at + _FIELDS_AT)
+                if words[word] == before:
+                    return PartitionState(*fields)
+            spins += 1
+            if spins > _BUSY_SPINS:
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + _GIVE_UP_S
+                elif now > deadline:
+                    raise TornEntryError(f"partition table entry {index} stayed mid-update for {_GIVE_UP_S}s")
+                os.sched_yield()
 
     # --- writer (the owning worker) --------------------------------------------
 
     def find_or_add(self, topic: str, partition: int) -> int:
         """The entry of ``topic``/``partition``, added (empty) if it has none yet."""
-        if self._writer_index is None:
+        if self._writer_index is None or self._writer_pid != os.getpid():
             self._writer_index = {(name, number): index for index, name, number in self.names()}
+            self._writer_pid = os.getpid()
         found = self._writer_index.get((topic, partition))
         if found is not None:
             return found
@@ -111,20 +129,20 @@ class PartitionTable:
         if len(raw) > MAX_TOPIC_BYTES:
             raise ValueError(f"topic name of {len(raw)} bytes is too long")
         at = self._at(count)
-        _SEQ.pack_into(self._mm, at, 0)
+        self._words[at >> 3] = 0
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, 0, partition)
         _NAME_LENGTH.pack_into(self._mm, at + _NAME_AT, len(raw))
         start = at + _NAME_AT + _NAME_LENGTH.size
         self._mm[start:start + len(raw)] = raw
-        _COUNT.pack_into(self._mm, 0, count + 1)  # publish the entry last
+        self._words[0] = count + 1  # publish the entry last
         self._writer_index[(topic, partition)] = count
         return count
 
     def write(self, index: int, state: PartitionState) -> None:
         at = self._at(index)
-        mm = self._mm
-        (seq,) = _SEQ.unpack_from(mm, at)
-        odd = seq | 1  # odd already if a dead predecessor stopped mid-update
-        _SEQ.pack_into(mm, at, odd)
-        _FIELDS.pack_into(mm, at + _FIELDS_AT, *state)
-        _SEQ.pack_into(mm, at, odd + 1)
+        word = at >> 3
+        words = self._words
+        odd = words[word] | 1  # odd already if a dead predecessor stopped mid-update
+        words[word] = odd
+        _FIELDS.pack_into(self._mm, at + _FIELDS_AT, *state)
+        words[word] = odd + 1

@@ -8,13 +8,18 @@ does not fit before the end of the data area, a padding record fills the rest.
 
 Visibility: the writer copies a record, then stores ``head``; the reader loads
 ``head``, then reads records. On x86-64 (TSO) stores become visible in program order
-and loads are not reordered with loads, which is all this needs; the broker checks
-the architecture at start-up.
+and loads are not reordered with loads, which is all the hand-off of records needs;
+the broker checks the architecture at start-up. The counters are stored and loaded
+as whole aligned words through a typed memoryview (``struct.pack_into`` would
+zero-fill first and could show a reader a torn value).
 
 Wake-ups: each ``publish`` that made records visible writes the ring's data eventfd
-once (however many records it carries), so a reader blocked in ``select`` wakes.
-A writer that finds the ring full sets ``writer_waiting``; the reader, after
-releasing space, clears it and writes the space eventfd. Neither side spins.
+once (however many records it carries), so a reader blocked in ``select`` wakes; this
+path cannot lose a wake-up. A writer that finds the ring full sets ``writer_waiting``;
+the reader, after releasing space, clears it and writes the space eventfd. That
+handshake is a store followed by a load on each side, which x86 may reorder, so a
+space wake-up can be missed: writers with records pending also retry on a short timer
+(5 ms in the acceptor and the workers). Neither side spins.
 """
 
 import mmap
@@ -22,18 +27,14 @@ import os
 import struct
 
 HEADER_BYTES = 4096
-_HEAD_AT = 0
-_TAIL_AT = 64
-_WRITER_WAITING_AT = 128
-_GENERATION_AT = 192
-_U64 = struct.Struct("<Q")
+# Indexes into the header seen as native u64s; each counter on its own cache line.
+_HEAD = 0
+_TAIL = 8
+_WRITER_WAITING = 16
+_GENERATION = 24
 RECORD_HEADER = struct.Struct("<II")  # body length, kind
 RECORD_HEADER_BYTES = RECORD_HEADER.size
 KIND_PAD = 0
-
-
-def _align(n: int) -> int:
-    return (n + 7) & ~7
 
 
 class Ring:
@@ -41,44 +42,41 @@ class Ring:
         if capacity < 4096 or capacity & (capacity - 1):
             raise ValueError(f"ring capacity must be a power of two >= 4096, not {capacity}")
         self.capacity = capacity
+        self._mask = capacity - 1
         self.max_record_body = capacity // 4 - RECORD_HEADER_BYTES
         self._mm = mmap.mmap(-1, HEADER_BYTES + capacity, flags=mmap.MAP_SHARED,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        self._view = memoryview(self._mm)
-        self._data = self._view[HEADER_BYTES:]
+        view = memoryview(self._mm)
+        # Aligned 8-byte loads and stores through a typed view are single instructions.
+        self._counters = view[:HEADER_BYTES].cast("Q")
+        self._data = view[HEADER_BYTES:]
         self.data_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self.space_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._local_head = 0  # writer: end of written, not necessarily published, records
+        self._known_tail = 0  # writer: the reader's tail when last looked at (it only grows)
         self._local_tail = 0  # reader: end of records handed out by read()
-
-    # --- shared counters ------------------------------------------------------
-
-    def _load(self, at: int) -> int:
-        return _U64.unpack_from(self._mm, at)[0]
-
-    def _store(self, at: int, value: int) -> None:
-        _U64.pack_into(self._mm, at, value)
 
     @property
     def head(self) -> int:
-        return self._load(_HEAD_AT)
+        return self._counters[_HEAD]
 
     @property
     def tail(self) -> int:
-        return self._load(_TAIL_AT)
+        return self._counters[_TAIL]
 
     @property
     def used(self) -> int:
-        return self.head - self.tail
+        return self._counters[_HEAD] - self._counters[_TAIL]
 
     # --- writer ---------------------------------------------------------------
 
     def attach_writer(self) -> None:
         """Take over the writer's side (after fork, or in a respawned writer)."""
-        self._local_head = self.head
+        self._local_head = self._counters[_HEAD]
+        self._known_tail = self._counters[_TAIL]
 
     def free_bytes(self) -> int:
-        return self.capacity - (self._local_head - self.tail)
+        return self.capacity - (self._local_head - self._counters[_TAIL])
 
     def try_write(self, kind: int, *parts) -> bool:
         """Copy one record made of ``parts``; False (and ``writer_waiting`` set) if full.
@@ -88,24 +86,28 @@ class Ring:
             body += len(part)
         if body > self.max_record_body:
             raise ValueError(f"record body of {body} bytes exceeds the ring's limit {self.max_record_body}")
-        size = _align(RECORD_HEADER_BYTES + body)
+        size = (RECORD_HEADER_BYTES + body + 7) & ~7
         head = self._local_head
-        position = head & (self.capacity - 1)
+        position = head & self._mask
         room_to_end = self.capacity - position
         needed = size if size <= room_to_end else size + room_to_end
-        if self.capacity - (head - self.tail) < needed:
-            self._store(_WRITER_WAITING_AT, 1)
-            # The reader may have released space between our check and the flag.
-            if self.capacity - (head - self.tail) < needed:
-                return False
-            self._store(_WRITER_WAITING_AT, 0)
+        if self.capacity - (head - self._known_tail) < needed:
+            counters = self._counters
+            self._known_tail = counters[_TAIL]
+            if self.capacity - (head - self._known_tail) < needed:
+                counters[_WRITER_WAITING] = 1
+                # The reader may have released space between our look and the flag.
+                self._known_tail = counters[_TAIL]
+                if self.capacity - (head - self._known_tail) < needed:
+                    return False
+                counters[_WRITER_WAITING] = 0
+        data = self._data
         if size > room_to_end:
-            RECORD_HEADER.pack_into(self._data, position, room_to_end - RECORD_HEADER_BYTES, KIND_PAD)
+            RECORD_HEADER.pack_into(data, position, room_to_end - RECORD_HEADER_BYTES, KIND_PAD)
             head += room_to_end
             position = 0
-        RECORD_HEADER.pack_into(self._data, position, body, kind)
+        RECORD_HEADER.pack_into(data, position, body, kind)
         at = position + RECORD_HEADER_BYTES
-        data = self._data
         for part in parts:
             end = at + len(part)
             data[at:end] = part
@@ -115,9 +117,9 @@ class Ring:
 
     def publish(self) -> bool:
         """Make written records visible and wake the reader; True if there were any."""
-        if self._local_head == self.head:
+        if self._local_head == self._counters[_HEAD]:
             return False
-        self._store(_HEAD_AT, self._local_head)
+        self._counters[_HEAD] = self._local_head
         os.eventfd_write(self.data_fd, 1)
         return True
 
@@ -126,16 +128,16 @@ class Ring:
     def attach_reader(self, discard: bool = False) -> None:
         """Take over the reader's side; with ``discard``, drop everything published so far."""
         if discard:
-            self._store(_TAIL_AT, self.head)
-        self._local_tail = self.tail
+            self._counters[_TAIL] = self._counters[_HEAD]
+        self._local_tail = self._counters[_TAIL]
 
     def read(self) -> list:
         """Every published record not yet read, as ``(kind, body view)``. The views
         stay valid until ``release``; copy what must outlive it."""
-        head = self.head
+        head = self._counters[_HEAD]
         tail = self._local_tail
         records = []
-        mask = self.capacity - 1
+        mask = self._mask
         data = self._data
         unpack = RECORD_HEADER.unpack_from
         while tail < head:
@@ -144,17 +146,18 @@ class Ring:
             if kind != KIND_PAD:
                 start = position + RECORD_HEADER_BYTES
                 records.append((kind, data[start:start + body]))
-            tail += _align(RECORD_HEADER_BYTES + body)
+            tail += (RECORD_HEADER_BYTES + body + 7) & ~7
         self._local_tail = tail
         return records
 
     def release(self) -> None:
         """Give the space of everything read back to the writer (wake it if it waits)."""
-        if self._local_tail == self.tail:
+        counters = self._counters
+        if self._local_tail == counters[_TAIL]:
             return
-        self._store(_TAIL_AT, self._local_tail)
-        if self._load(_WRITER_WAITING_AT):
-            self._store(_WRITER_WAITING_AT, 0)
+        counters[_TAIL] = self._local_tail
+        if counters[_WRITER_WAITING]:
+            counters[_WRITER_WAITING] = 0
             os.eventfd_write(self.space_fd, 1)
 
     # --- both -----------------------------------------------------------------
@@ -170,14 +173,15 @@ class Ring:
     def reset(self) -> None:
         """Empty the ring; only while neither side is using it (the supervisor, between
         a dead worker and its replacement)."""
-        self._store(_HEAD_AT, 0)
-        self._store(_TAIL_AT, 0)
-        self._store(_WRITER_WAITING_AT, 0)
-        self._store(_GENERATION_AT, self._load(_GENERATION_AT) + 1)
-        self._local_head = self._local_tail = 0
+        counters = self._counters
+        counters[_HEAD] = 0
+        counters[_TAIL] = 0
+        counters[_WRITER_WAITING] = 0
+        counters[_GENERATION] += 1
+        self._local_head = self._local_tail = self._known_tail = 0
         self.clear_notification(self.data_fd)
         self.clear_notification(self.space_fd)
 
     @property
     def generation(self) -> int:
-        return self._load(_GENERATION_AT)
+        return self._counters[_GENERATION]

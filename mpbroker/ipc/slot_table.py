@@ -3,18 +3,17 @@
 The supervisor writes pid, state, generation, restarts and start time; the process
 in the slot writes its heartbeat (milliseconds) and nothing else. Readers: the
 supervisor (liveness, status) and the acceptor (which slots take requests after it
-was itself respawned).
+was itself respawned). Every field is one aligned 8-byte word, loaded and stored
+whole through a typed memoryview, so a reader never sees half a value.
 """
 
 import mmap
-import struct
 from enum import IntEnum
 from typing import NamedTuple
 
-_SLOT_BYTES = 64
-# pid, state, generation, restarts, started_ms, heartbeat_ms
-_FIELDS = struct.Struct("<qqqqqq")
-_HEARTBEAT_AT = 40
+_SLOT_WORDS = 8  # 64 bytes per slot: pid, state, generation, restarts, started_ms, heartbeat_ms, 2 spare
+_HEARTBEAT = 5
+_STATE = 1
 
 
 class SlotState(IntEnum):
@@ -37,20 +36,24 @@ class Slot(NamedTuple):
 class SlotTable:
     def __init__(self, slots: int):
         self.slots = slots
-        self._mm = mmap.mmap(-1, max(_SLOT_BYTES * slots, mmap.PAGESIZE), flags=mmap.MAP_SHARED,
+        self._mm = mmap.mmap(-1, max(_SLOT_WORDS * 8 * slots, mmap.PAGESIZE), flags=mmap.MAP_SHARED,
                              prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        self._words = memoryview(self._mm).cast("q")
 
     def read(self, slot: int) -> Slot:
-        return Slot(*_FIELDS.unpack_from(self._mm, slot * _SLOT_BYTES))
+        base = slot * _SLOT_WORDS
+        words = self._words
+        return Slot(*(words[base + field] for field in range(6)))
 
     def write(self, slot: int, *, pid: int, state: int, generation: int, restarts: int, started_ms: int) -> None:
-        heartbeat = self.read(slot).heartbeat_ms
-        _FIELDS.pack_into(self._mm, slot * _SLOT_BYTES, pid, state, generation, restarts, started_ms, heartbeat)
+        """Everything but the heartbeat (which belongs to the process in the slot)."""
+        base = slot * _SLOT_WORDS
+        words = self._words
+        for field, value in enumerate((pid, state, generation, restarts, started_ms)):
+            words[base + field] = value
 
     def set_state(self, slot: int, state: int) -> None:
-        current = self.read(slot)
-        self.write(slot, pid=current.pid, state=state, generation=current.generation,
-                   restarts=current.restarts, started_ms=current.started_ms)
+        self._words[slot * _SLOT_WORDS + _STATE] = state
 
     def beat(self, slot: int, now_ms: int) -> None:
-        struct.pack_into("<q", self._mm, slot * _SLOT_BYTES + _HEARTBEAT_AT, now_ms)
+        self._words[slot * _SLOT_WORDS + _HEARTBEAT] = now_ms

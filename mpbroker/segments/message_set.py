@@ -158,27 +158,60 @@ def _check_message(buf, pos, end, max_payload, deep, budget, depth):
     return following, None
 
 
-def iter_messages(buf, base_offset: int = 0, *, inflate_limit: int = DEFAULT_INFLATE_LIMIT):
-    """Yield ``(next_offset, payload)`` for each whole message of ``buf``, CRC-checked.
+def decode_messages(buf, base_offset: int = 0, *, inflate_limit: int = DEFAULT_INFLATE_LIMIT):
+    """Every whole message of ``buf``, CRC-checked, in two parallel lists:
+    ``(payloads, next_offsets, consumed_bytes)``.
 
-    ``base_offset`` is the log offset of ``buf[0]``. ``next_offset`` is the offset a
-    consumer reports after the message (PROTOCOL.md): for messages inside a compressed
-    wrapper, all but the last report the wrapper's start and the last its end, so a
-    commit never lands inside a wrapper. A partial message at the end is not yielded;
-    a corrupt one raises InvalidMessageError.
+    ``base_offset`` is the log offset of ``buf[0]``; ``next_offsets`` are the offsets a
+    consumer reports after each message (PROTOCOL.md): inside a compressed wrapper all
+    but the last report the wrapper's start and the last its end, so a commit never
+    lands inside a wrapper. A partial message at the end is left out (``consumed_bytes``
+    stops before it); a corrupt message raises InvalidMessageError. Payloads are
+    ``bytes``. Uncompressed magic-1 messages take an inline path: one header unpack,
+    one slice and one ``crc32`` each.
     """
+    unpack = _FAST_HEADER.unpack_from
+    crc32 = zlib.crc32
+    payloads = []
+    next_offsets = []
+    add_payload = payloads.append
+    add_offset = next_offsets.append
     budget = [inflate_limit]
     end = len(buf)
     pos = 0
     while pos < end:
-        following, payloads = _decode_one(buf, pos, end, budget, MAX_NESTING)
+        try:
+            length, magic_attributes, crc = unpack(buf, pos)
+        except struct.error:
+            length = -1
+            magic_attributes = None
+        following = pos + LENGTH_SIZE + length
+        if magic_attributes == _FAST_MAGIC_ATTRIBUTES and length >= V1_HEADER_SIZE and following <= end:
+            payload = buf[pos + V1_OVERHEAD:following]
+            if crc32(payload) != crc:
+                raise InvalidMessageError(f"message at offset {base_offset + pos} fails its CRC check")
+            add_payload(payload)
+            add_offset(base_offset + following)
+            pos = following
+            continue
+        following, inner = _decode_one(buf, pos, end, budget, MAX_NESTING)
         if following is None:
-            return
+            break
         start = base_offset + pos
-        last = len(payloads) - 1
-        for index, payload in enumerate(payloads):
-            yield (base_offset + following if index == last else start), payload
+        for payload in inner:
+            add_payload(payload)
+            add_offset(start)
+        if inner:
+            next_offsets[-1] = base_offset + following
         pos = following
+    return payloads, next_offsets, pos
+
+
+def iter_messages(buf, base_offset: int = 0, *, inflate_limit: int = DEFAULT_INFLATE_LIMIT):
+    """Yield ``(next_offset, payload)`` for each whole message of ``buf``; see
+    ``decode_messages`` for the offsets, the partial tail and corrupt messages."""
+    payloads, next_offsets, _ = decode_messages(bytes(buf), base_offset, inflate_limit=inflate_limit)
+    return zip(next_offsets, payloads)
 
 
 def _decode_one(buf, pos, end, budget, depth):

@@ -1,6 +1,7 @@
 """From produce records to validated appends and answers, one ring batch at a time.
 
-Per batch: fragments of large sets are put together; every set is validated in full
+Per batch: batch records are split into their produces, fragments of large sets are
+put together; every set is validated in full
 (CRC, lengths, deep into compressed wrappers, ``max.message.size``, bounded
 inflation) before anything is written; valid sets are grouped by partition and each
 partition gets one ``writev`` of all its sets, in ring order. Answers go out as ring
@@ -41,14 +42,28 @@ class ProduceHandler:
         self._answer = answer  # callable(kind, parts): queue a record for the acceptor
         self._clock_ms = clock_ms
         self._partial = {}  # request id -> (first fragment, bytearray, bytes received)
+        self._topics = {}  # topic bytes -> str
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
 
     @property
     def waiting_for_flush(self) -> int:
         return sum(len(waiters) for waiters in self._flush_waiters.values())
 
-    def handle(self, fragments) -> None:
-        produces = [produce for produce in map(self._assemble, fragments) if produce is not None]
+    def handle(self, records) -> None:
+        """Handle a batch of ring records ``(kind, body view)``; copies what it keeps."""
+        produces = []
+        topics = self._topics
+        for kind, body in records:
+            if kind == messages.KIND_PRODUCE_BATCH:
+                for request_id, partition, mode, topic_bytes, data in messages.decode_produce_batch(body):
+                    topic = topics.get(topic_bytes)
+                    if topic is None:
+                        topic = topics[topic_bytes] = topic_bytes.decode("ascii")
+                    produces.append(_Produce(request_id, topic, partition, mode, bytes(data)))
+            elif kind == messages.KIND_PRODUCE:
+                produce = self._assemble(messages.decode_fragment(body))
+                if produce is not None:
+                    produces.append(produce)
         groups = {}
         last_fire_and_forget = None
         for produce in produces:
@@ -63,9 +78,6 @@ class ProduceHandler:
 
     def _assemble(self, fragment):
         """The whole produce once its last fragment is in, else None."""
-        if fragment.fragment_offset == 0 and len(fragment.data) == fragment.total_size:
-            return _Produce(fragment.request_id, fragment.topic, fragment.partition, fragment.mode,
-                            bytes(fragment.data))
         first, buffer, received = self._partial.get(fragment.request_id, (fragment, None, 0))
         if buffer is None:
             buffer = bytearray(fragment.total_size)

@@ -20,7 +20,6 @@ import signal
 import time
 
 from mpbroker.config import config_from_properties
-from mpbroker.ipc import messages
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
 from mpbroker.ownership import owner_slot
@@ -147,11 +146,10 @@ class PartitionWorker:
         records = self.requests.read()
         if not records:
             return
-        fragments = [messages.decode_produce(body) for kind, body in records if kind == messages.KIND_PRODUCE]
         try:
-            self.handler.handle(fragments)  # copies what it keeps out of the ring
+            self.handler.handle(records)  # copies what it keeps out of the ring
         finally:
-            del fragments, records
+            del records
             self.requests.release()
 
     def _on_answer_space(self) -> None:
