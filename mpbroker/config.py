@@ -455,6 +455,27 @@ def control_socket_from_file(path: str, overrides=()) -> str:
     return os.path.join(log_dir, CONTROL_SOCKET_NAME)
 
 
+def render_properties() -> str:
+    """An example configuration: every key, commented out at its default, with its help
+    line (``ops/server.properties`` is this text; a test keeps the two equal)."""
+    lines = [
+        "# mpbroker configuration: every key with its default and what it does.",
+        "# Kafka 0.7 key names; uncomment a line to change it. Generated from mpbroker/config.py.",
+        "",
+    ]
+    for key in KEYS:
+        if key.default_from:
+            default = f"(the value of {key.default_from})"
+        elif callable(key.default):
+            default = "(computed at start-up)"
+        else:
+            default = key.default
+        lines.append(f"# {key.help}")
+        lines.append(f"#{key.name}={default}")
+        lines.append("")
+    return "\n".join(lines)
+
+
 def _read_properties_file(path: str) -> dict[str, str]:
     try:
         with open(path, encoding="utf-8") as file:

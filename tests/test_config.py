@@ -497,3 +497,23 @@ def test_as_properties_round_trips_to_an_equal_config():
     assert again == config
     assert again != config_with()
     assert again.log_default_flush_interval_ms == 100
+
+
+def test_ops_example_configuration_lists_every_key_at_its_default():
+    from pathlib import Path
+
+    from mpbroker.config import render_properties
+
+    example = Path(__file__).resolve().parent.parent / "ops" / "server.properties"
+    assert example.read_text() == render_properties(), "regenerate ops/server.properties from render_properties()"
+    uncommented = {line[1:].split("=", 1)[0] for line in render_properties().splitlines()
+                   if line.startswith("#") and "=" in line and not line.startswith("# ")}
+    assert uncommented == {key.name for key in KEYS}
+    # Uncommenting every line that has a literal default gives a loadable configuration.
+    props = {}
+    for line in render_properties().splitlines():
+        if line.startswith("#") and "=" in line and not line.startswith("# ") and "(" not in line:
+            name, value = line[1:].split("=", 1)
+            props[name] = value
+    config, warnings = config_from_properties(props)
+    assert warnings == [] and config.port == 9092
