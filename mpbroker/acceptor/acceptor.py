@@ -14,9 +14,7 @@ then close and exit 0.
 
 import errno
 import logging
-import os
 import selectors
-import signal
 import socket
 import time
 
@@ -28,6 +26,7 @@ from mpbroker.config import config_from_properties
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
+from mpbroker.process import install_child_signals, term_requested
 from mpbroker.protocol.framing import MalformedRequestError
 from mpbroker.segments.log import wall_clock_ms
 
@@ -60,20 +59,12 @@ class Acceptor:
         self._stopping = False
         self._stop_deadline = None
         self._last_refusal_log = 0.0
-        self._wakeup_read, self._wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wakeup_read = -1
 
     # --- setup ------------------------------------------------------------------
 
-    def _install_signals(self) -> None:
-        signal.set_wakeup_fd(self._wakeup_write, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
-        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(0))
-        signal.signal(signal.SIGQUIT, lambda signum, frame: os._exit(0))
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-
     def run(self) -> int:
-        self._install_signals()
+        self._wakeup_read = install_child_signals()
         for route in self.router.routes:
             if self.slots.read(route.slot).state == SlotState.UP:
                 self.router.worker_up(route)
@@ -257,11 +248,7 @@ class Acceptor:
                 set_level(config.log_level)
 
     def _on_signal(self) -> None:
-        try:
-            signals = os.read(self._wakeup_read, 512)
-        except BlockingIOError:
-            return
-        if signal.SIGTERM in signals:
+        if term_requested(self._wakeup_read):
             self._begin_stop()
 
     def _begin_stop(self) -> None:

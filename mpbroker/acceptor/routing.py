@@ -67,11 +67,13 @@ class Router:
         if size <= route.requests.max_record_body:
             route.outbox.append((True, messages.entry_parts(request_id, topic_bytes, partition, mode, message_set),
                                  size))
+            route.outbox_bytes += size
         else:  # larger than a ring record: fragments, put together by the worker
             for parts in messages.produce_fragments(request_id, topic_bytes, partition, mode, message_set,
                                                     route.requests.max_record_body):
-                route.outbox.append((False, parts, len(parts[0]) + len(parts[1]) + len(parts[2])))
-        route.outbox_bytes += size
+                fragment_bytes = len(parts[0]) + len(parts[1]) + len(parts[2])
+                route.outbox.append((False, parts, fragment_bytes))
+                route.outbox_bytes += fragment_bytes
         if route.outbox_bytes > route.outbox_limit and not connection.paused:
             connection.paused = True
             route.paused.add(connection)

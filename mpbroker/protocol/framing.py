@@ -36,13 +36,16 @@ class FrameReader:
     def receive_buffer(self) -> memoryview:
         """A writable view to receive into; pass the byte count to ``commit``.
 
-        Sized to hold the whole of a large frame whose header has arrived, so the
-        body lands in place with few receive calls."""
+        For a large frame whose header has arrived, the room grows with what actually
+        arrived (doubling, up to the frame's size), so the body lands in few receive
+        calls while a peer that only claims a huge frame gets no huge buffer."""
+        pending = self._end - self._start
         wanted = self._chunk
-        if self._end - self._start >= SIZE_BYTES:
+        if pending >= SIZE_BYTES:
             (size,) = SIZE.unpack_from(self._buffer, self._start)
             if 0 < size <= self.max_frame_bytes:
-                wanted = max(wanted, SIZE_BYTES + size - (self._end - self._start))
+                missing = SIZE_BYTES + size - pending
+                wanted = min(missing, max(wanted, pending))
         if len(self._buffer) - self._end < wanted:
             self._compact(wanted)
         return memoryview(self._buffer)[self._end:]

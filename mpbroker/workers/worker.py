@@ -14,14 +14,13 @@ recovers from what is on disk), 1 for anything unexpected.
 
 import collections
 import logging
-import os
 import selectors
-import signal
 import time
 
 from mpbroker.config import config_from_properties
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
+from mpbroker.process import install_child_signals, term_requested
 from mpbroker.ownership import owner_slot
 from mpbroker.segments import LogManager
 from mpbroker.segments.log import wall_clock_ms
@@ -68,17 +67,10 @@ class PartitionWorker:
                                       self._queue_answer, clock_ms)
         self._stopping = False
         self._exit_code = EXIT_GRACEFUL
-        self._wakeup_read, self._wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wakeup_read = -1
         self._timers = []
 
     # --- setup ------------------------------------------------------------------
-
-    def _install_signals(self) -> None:
-        signal.set_wakeup_fd(self._wakeup_write, warn_on_full_buffer=False)
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)  # graceful: handled in the loop
-        signal.signal(signal.SIGINT, lambda signum, frame: os._exit(EXIT_GRACEFUL))  # fast
-        signal.signal(signal.SIGQUIT, lambda signum, frame: os._exit(EXIT_GRACEFUL))
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the supervisor sends reloads itself
 
     def _open_logs(self) -> None:
         started = time.monotonic()
@@ -99,7 +91,7 @@ class PartitionWorker:
     # --- the loop ---------------------------------------------------------------
 
     def run(self) -> int:
-        self._install_signals()
+        self._wakeup_read = install_child_signals()
         self.requests.attach_reader(discard=True)
         self.answers.attach_writer()
         self._beat(self._clock_ms())
@@ -176,11 +168,7 @@ class PartitionWorker:
                 self._reload(message["properties"])
 
     def _on_signal(self) -> None:
-        try:
-            signals = os.read(self._wakeup_read, 512)
-        except BlockingIOError:
-            return
-        if signal.SIGTERM in signals:
+        if term_requested(self._wakeup_read):
             self._stopping = True
 
     # --- duties -----------------------------------------------------------------

@@ -12,7 +12,6 @@ import pytest
 from mpbroker.segments.message_set import validate_message_set
 
 from .load import AckedLoad, read_everything
-from .wire import WireClient
 
 
 def all_flushed(status) -> bool:
