@@ -1,9 +1,9 @@
 """``mpbroker-demo``: a standalone broker, a producer and a consumer, end to end.
 
 Starts ``mpbroker serve`` (no ZooKeeper) on a free port with a temporary ``log.dir``,
-produces plain, gzip and snappy message sets to two partitions of a topic with
-acknowledged produce requests, reads them back with fetch requests, prints what a
-consumer sees and the broker's ``mpbroker-ctl status``, and stops the broker
+produces keyed messages (plain and snappy-compressed) to a two-partition topic with
+the Producer (acknowledged once flushed), reads both partitions back with the
+SimpleConsumer, prints the broker's ``mpbroker-ctl status`` and stops the broker
 gracefully.
 """
 
@@ -11,19 +11,13 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from clients import Producer, SimpleConsumer
 from mpbroker.ctl import NotRunning, call, format_status
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.protocol.framing import FrameReader
-from mpbroker.segments.compression import compress
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
-from mpbroker.segments.message_set import decode_messages
 
 TOPIC = "page-views"
 
@@ -50,21 +44,6 @@ def start_broker(directory: str) -> tuple:
     raise SystemExit(f"the broker did not start; see {directory}/broker.log")
 
 
-class Client:
-    def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.reader = FrameReader(1 << 30)
-
-    def request(self, data: bytes) -> bytes:
-        self.sock.sendall(data)
-        while (frame := self.reader.next_frame()) is None:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise SystemExit("the broker closed the connection")
-            self.reader.feed(chunk)
-        return frame
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep", action="store_true", help="keep the broker's directory afterwards")
@@ -73,24 +52,21 @@ def main(argv=None) -> int:
     broker, socket_path, port = start_broker(directory)
     print(f"broker running on 127.0.0.1:{port} (pid {broker.pid}), log.dir {directory}/logs\n")
     try:
-        client = Client(port)
-        batches = [
-            (0, "plain", encode_message_set([b"/home", b"/about", b"/pricing"])),
-            (1, "gzip", encode_message(compress(CODEC_GZIP, encode_message_set([b"/docs", b"/blog"])), CODEC_GZIP)),
-            (1, "snappy", encode_message(compress(CODEC_SNAPPY, encode_message_set([b"/jobs"])), CODEC_SNAPPY)),
-        ]
-        for partition, name, message_set in batches:
-            ack = rs.decode_produce_ack(client.request(rq.encode_produce_acked(1, TOPIC, partition, message_set)))
-            print(f"produced a {name} set to {TOPIC}-{partition}: written at offset {ack.offset}, "
-                  f"flushed to disk (error {ack.error})")
+        broker_list = f"127.0.0.1:{port}"
+        with Producer(broker_list=broker_list, acks="flush") as producer:
+            for key, pages in ((b"alice", [b"/home", b"/about", b"/pricing"]), (b"bob", [b"/docs", b"/blog"])):
+                for result in producer.send(TOPIC, pages, key=key):
+                    print(f"produced {result.messages} messages for {key.decode()} to {TOPIC}-{result.partition}: "
+                          f"written at offset {result.offset}, flushed to disk")
+        with Producer(broker_list=broker_list, acks="flush", compression_codec="snappy") as producer:
+            result, = producer.send(TOPIC, [b"/jobs", b"/team"], key=b"carol")
+            print(f"produced a snappy-compressed set to {TOPIC}-{result.partition} at offset {result.offset}")
         print()
-        for partition in (0, 1):
-            _, (end,) = rs.decode_offsets(client.request(rq.encode_offsets(TOPIC, partition, -1, 1)))
-            error, data = rs.split_error(client.request(rq.encode_fetch(TOPIC, partition, 0, 1 << 20)))
-            payloads, offsets, _ = decode_messages(bytes(data), 0)
-            for payload, offset in zip(payloads, offsets):
-                print(f"consumed {TOPIC}-{partition}: {payload.decode():10s} next offset {offset}")
-            print(f"  (log end {end}, fetch error {error})")
+        with SimpleConsumer("127.0.0.1", port) as consumer:
+            for partition in range(2):
+                for message in consumer.messages(TOPIC, partition, 0):
+                    print(f"consumed {TOPIC}-{partition}: {message.payload.decode():10s} "
+                          f"next offset {message.next_offset}")
         print()
         print(format_status(call(socket_path, "status")))
     finally:

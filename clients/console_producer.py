@@ -1,0 +1,92 @@
+"""``mpbroker-console-producer``: one message per line of standard input.
+
+    mpbroker-console-producer --broker-list HOST:PORT[,..] --topic T [--compression gzip|snappy]
+        [--key-separator SEP] [--sync|--async] [--acks append|flush]
+
+With ``--key-separator`` the text before the first separator is the message's key (it
+picks the partition and is not part of the message); a line without the separator
+stops the run. Exit codes: 0 every line delivered (or queued and then delivered by
+``close``); 1 the broker refused or lost messages; 2 bad arguments or input; 3 no
+broker could be reached.
+"""
+
+import argparse
+import sys
+
+from clients.errors import BrokerUnavailableError, ClientError
+from clients.producer import Producer
+from mpbroker.errors import InvalidTopicError, MPBrokerError
+from mpbroker.segments.naming import check_topic
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mpbroker-console-producer",
+                                     description="send each line of standard input as a message")
+    parser.add_argument("--broker-list", required=True, help="HOST:PORT[,HOST:PORT...] or ID:HOST:PORT[,...]")
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--compression", choices=("none", "gzip", "snappy"), default="none")
+    parser.add_argument("--key-separator", help="text before it is the key, e.g. a TAB: $'\\t'")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--sync", dest="producer_type", action="store_const", const="sync",
+                      help="send each line before reading the next")
+    mode.add_argument("--async", dest="producer_type", action="store_const", const="async",
+                      help="batch lines in the background (the default)")
+    parser.add_argument("--acks", choices=("none", "append", "flush"), default="none",
+                        help="none: 0.7 fire-and-forget; append/flush: wait for the broker's acknowledgement")
+    parser.add_argument("--batch-size", type=int, default=200, help="async: messages per batch")
+    parser.add_argument("--queue-time-ms", type=int, default=1000, help="async: longest wait for a batch")
+    parser.set_defaults(producer_type="async")
+    return parser
+
+
+def _lines(stream):
+    for line in stream:
+        yield line[:-1] if line.endswith(b"\n") else line
+
+
+def main(argv=None, stdin=None) -> int:
+    args = _parser().parse_args(argv)
+    stdin = stdin or sys.stdin.buffer
+    try:
+        check_topic(args.topic)
+        producer = Producer({
+            "broker.list": args.broker_list, "producer.type": args.producer_type, "acks": args.acks,
+            "compression.codec": args.compression, "batch.size": args.batch_size,
+            "queue.time": args.queue_time_ms, "queue.enqueueTimeout.ms": -1,
+        })
+    except (ValueError, InvalidTopicError) as exc:
+        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    separator = args.key_separator.encode() if args.key_separator else None
+    code = EXIT_OK
+    try:
+        producer.partitions_for(args.topic)  # fail fast when no broker answers
+        for number, line in enumerate(_lines(stdin), 1):
+            key = None
+            if separator is not None:
+                key, found, line = line.partition(separator)
+                if not found:
+                    print(f"mpbroker-console-producer: line {number} has no key separator "
+                          f"{args.key_separator!r}; stopping", file=sys.stderr)
+                    code = EXIT_USAGE
+                    break
+            producer.send(args.topic, line, key=key)
+    except BrokerUnavailableError as exc:
+        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
+        code = EXIT_UNREACHABLE
+    except (ClientError, MPBrokerError) as exc:
+        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
+        code = EXIT_FAILED
+    finally:
+        producer.close()
+    if code == EXIT_OK and producer.stats.messages_failed:
+        print(f"mpbroker-console-producer: {producer.stats.messages_failed} messages could not be delivered",
+              file=sys.stderr)
+        code = EXIT_FAILED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Errors the clients raise besides the wire ones of ``mpbroker.errors``
+(OffsetOutOfRangeError, MessageSizeTooLargeError, ...), which they raise as they are."""
+
+from mpbroker.errors import (
+    ErrorCode,
+    InvalidFetchSizeError,
+    InvalidMessageError,
+    InvalidTopicError,
+    MessageSizeTooLargeError,
+    OffsetOutOfRangeError,
+    PartitionUnavailableError,
+    WrongPartitionError,
+)
+
+
+class ClientError(Exception):
+    """Base of the client-side errors."""
+
+
+class BrokerUnavailableError(ClientError):
+    """No connection to a broker could be made (or kept) within the retries."""
+
+
+class BrokerError(ClientError):
+    """The broker answered with an error code that has no exception of its own (``code``)."""
+
+    def __init__(self, message: str, code: int = ErrorCode.UNKNOWN):
+        super().__init__(message)
+        self.code = code
+
+
+class ProduceError(BrokerError):
+    """The broker refused a produce request (the wire error code is in ``code``)."""
+
+
+class QueueFullError(ClientError):
+    """The async producer's queue stayed full for ``queue.enqueueTimeout.ms``; the
+    message was dropped (and counted)."""
+
+
+class ProducerClosedError(ClientError):
+    """``send`` after ``close``."""
+
+
+RETRIABLE_CODES = frozenset({ErrorCode.PARTITION_UNAVAILABLE})
+
+_EXCEPTION_FOR_CODE = {
+    ErrorCode.OFFSET_OUT_OF_RANGE: OffsetOutOfRangeError,
+    ErrorCode.INVALID_MESSAGE: InvalidMessageError,
+    ErrorCode.WRONG_PARTITION: WrongPartitionError,
+    ErrorCode.INVALID_FETCH_SIZE: InvalidFetchSizeError,
+    ErrorCode.MESSAGE_SIZE_TOO_LARGE: MessageSizeTooLargeError,
+    ErrorCode.INVALID_TOPIC: InvalidTopicError,
+    ErrorCode.PARTITION_UNAVAILABLE: PartitionUnavailableError,
+}
+
+
+def error_for(code: int, context: str, fallback=ProduceError) -> Exception:
+    """The exception a wire error code stands for: the mpbroker.errors class of that
+    code (so callers can catch OffsetOutOfRangeError and friends), else ``fallback``
+    carrying the code (-1 Unknown, or a code this client does not know)."""
+    try:
+        name = ErrorCode(code).name
+    except ValueError:
+        name = f"error code {code}"
+    cls = _EXCEPTION_FOR_CODE.get(code)
+    if cls is not None:
+        return cls(f"{context}: {name}")
+    return fallback(f"{context}: {name}", code)

@@ -1,0 +1,317 @@
+"""The producer: ``send(topic, messages, key=None)`` and ``close()``.
+
+Messages are grouped per (broker, partition); each group becomes one message set
+(one compressed wrapper message when the topic is compressed) and one request. In
+fire-and-forget mode (``acks=none``, 0.7's PRODUCE) a broker's requests go out in one
+vectored write; in acknowledged mode (``acks=append`` or ``flush``, PRODUCE_ACKED)
+they are pipelined on the connection and their answers read in order, and ``send``
+returns where each set was written.
+
+A request whose partition's worker is restarting (error 7), or whose connection
+broke, is sent again after ``retry.backoff.ms``, up to ``num.retries`` times; other
+errors raise at once. In sync mode ``send`` delivers before it returns; in async mode
+(``producer.type=async``) it queues, and a background thread sends batches when
+``batch.size`` messages are queued or the oldest has waited ``queue.time`` ms (see
+``async_sender``). ``close`` delivers what is queued, then closes the connections.
+"""
+
+import logging
+import threading
+import time
+from typing import NamedTuple
+
+from clients.async_sender import AsyncSender
+from clients.brokers import StaticBrokerPartitions, parse_broker_list
+from clients.callbacks import load_callbacks
+from clients.connection import BrokerConnection
+from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
+from clients.partitioner import load_partitioner
+from clients.settings import ProducerSettings
+from mpbroker.errors import ErrorCode, MessageSizeTooLargeError
+from mpbroker.protocol import requests as rq
+from mpbroker.protocol import responses as rs
+from mpbroker.protocol.requests import Durability
+from mpbroker.segments.compression import compress
+from mpbroker.segments.message import encode_message, encode_message_set
+from mpbroker.segments.naming import check_topic
+
+log = logging.getLogger(__name__)
+
+_DURABILITY = {"append": Durability.APPEND, "flush": Durability.FLUSH}
+
+
+class SendResult(NamedTuple):
+    topic: str
+    broker_id: int
+    partition: int
+    messages: int
+    offset: int | None  # where the set was written (acknowledged modes), else None
+    next_offset: int | None  # the log end after it (acknowledged modes), else None
+
+
+class ProducerStats:
+    def __init__(self):
+        self.messages_sent = 0
+        self.bytes_sent = 0
+        self.requests_sent = 0
+        self.retries = 0
+        self.messages_failed = 0
+        self.messages_dropped = 0  # async queue full
+        self._lock = threading.Lock()
+
+    def add(self, **counts) -> None:
+        with self._lock:
+            for name, value in counts.items():
+                setattr(self, name, getattr(self, name) + value)
+
+    def as_dict(self) -> dict:
+        return {name: value for name, value in vars(self).items() if not name.startswith("_")}
+
+
+class _Request:
+    """One produce request: a message set for one (broker, topic, partition)."""
+
+    __slots__ = ("topic", "broker_id", "partition", "payloads", "message_set")
+
+    def __init__(self, topic, broker_id, partition, payloads, message_set):
+        self.topic = topic
+        self.broker_id = broker_id
+        self.partition = partition
+        self.payloads = payloads
+        self.message_set = message_set
+
+
+def _to_bytes(message) -> bytes:
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        return bytes(message)
+    if isinstance(message, str):
+        return message.encode("utf-8")
+    raise TypeError(f"a message is bytes or str, not {type(message).__name__}")
+
+
+class Producer:
+    def __init__(self, properties=None, **overrides):
+        self.settings = settings = ProducerSettings.from_properties(properties, **overrides)
+        if settings.zk_connect and not settings.broker_list:
+            raise ValueError("zk.connect discovery arrives with the ZooKeeper registry; use broker.list")
+        brokers = parse_broker_list(settings.broker_list)
+        self._connections = {
+            broker.id: (threading.Lock(), BrokerConnection(
+                broker.host, broker.port, connect_timeout_ms=settings.connect_timeout_ms,
+                socket_timeout_ms=settings.socket_timeout_ms, backoff_ms=settings.retry_backoff_ms))
+            for broker in brokers
+        }
+        self._metadata = StaticBrokerPartitions(brokers, self._connections.__getitem__,
+                                                settings.topic_metadata_refresh_ms)
+        self._partition_for = load_partitioner(settings.partitioner_class)
+        self.callbacks = load_callbacks(settings.callback_handler)
+        self.stats = ProducerStats()
+        self._send_lock = threading.Lock()
+        self._checked_topics = {}  # as given -> checked str
+        self._closed = False
+        self._sender = AsyncSender(self) if settings.producer_type == "async" else None
+
+    # --- public -----------------------------------------------------------------
+
+    def send(self, topic: str, messages, key=None):
+        """Send one message (bytes or str) or a list of them, all with ``key``.
+
+        Sync: delivered when this returns; the result is a list of SendResult (offsets
+        filled in for acknowledged modes). Async: queued; returns None (QueueFullError
+        if the queue stayed full for ``queue.enqueueTimeout.ms``)."""
+        if self._closed:
+            raise ProducerClosedError("send() after close()")
+        checked = self._checked_topics.get(topic)
+        if checked is None:
+            checked = self._checked_topics[topic] = check_topic(topic)  # str, also for a bytes name
+        topic = checked
+        if isinstance(messages, (list, tuple)):
+            payloads = [_to_bytes(message) for message in messages]
+        else:
+            payloads = [_to_bytes(messages)]
+        before_enqueue = self.callbacks.before_enqueue
+        items = []
+        for payload in payloads:
+            payload = before_enqueue(topic, key, payload)
+            if payload is not None:
+                items.append((topic, key, _to_bytes(payload)))
+        limit = self.settings.max_message_size
+        for _, _, payload in items:
+            if len(payload) > limit:
+                raise MessageSizeTooLargeError(
+                    f"a {len(payload)}-byte message exceeds max.message.size ({limit}); nothing was sent")
+        if self._sender is not None:
+            for item in items:
+                self._sender.enqueue(item)
+            return None
+        with self._send_lock:
+            return self.deliver(items)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Async: wait until everything queued so far was delivered (or failed);
+        False if ``timeout`` seconds passed first."""
+        if self._closed:
+            raise ProducerClosedError("flush() after close()")
+        return self._sender.flush(timeout) if self._sender is not None else True
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Deliver what is queued, then close every connection. False if the queue could
+        not be delivered within ``timeout`` seconds (the sender thread goes on with it)."""
+        if self._closed:
+            return True
+        self._closed = True
+        if self._sender is not None and not self._sender.close(timeout):
+            return False
+        for lock, connection in self._connections.values():
+            with lock:
+                connection.close()
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def partitions_for(self, topic: str) -> list:
+        """The (broker id, partition) pairs ``topic`` is spread over."""
+        return self._metadata.partitions(topic)
+
+    # --- delivery (sync callers and the async sender) ----------------------------
+
+    def deliver(self, items) -> list:
+        """Send ``[(topic, key, payload), ...]``; return SendResults, grouped by broker.
+
+        If some requests fail, the others are still delivered; the first error is raised
+        with ``results`` (what was delivered) and ``failed_messages`` set on it."""
+        if not items:
+            return []
+        items = self.callbacks.before_send(items)
+        try:
+            results = self._deliver(items)
+        except Exception as exc:
+            self.stats.add(messages_failed=getattr(exc, "failed_messages", len(items)))
+            self.callbacks.on_error(items, exc)
+            raise
+        self.callbacks.after_send(items, results)
+        return results
+
+    def _deliver(self, items) -> list:
+        groups = {}
+        pairs_by_topic = {}
+        partition_for = self._partition_for
+        for topic, key, payload in items:
+            pairs = pairs_by_topic.get(topic)
+            if pairs is None:
+                pairs = pairs_by_topic[topic] = self._metadata.partitions(topic)
+                if not pairs:
+                    raise BrokerUnavailableError(f"no broker has a partition of topic {topic!r}")
+            index = partition_for(key, len(pairs))
+            if not 0 <= index < len(pairs):
+                raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
+                                 f"which has {len(pairs)} (valid: 0 to {len(pairs) - 1})")
+            broker_id, partition = pairs[index]
+            groups.setdefault((broker_id, topic, partition), []).append(payload)
+        requests = []
+        for (broker_id, topic, partition), payloads in groups.items():
+            requests.extend(self._requests(topic, broker_id, partition, payloads))
+        by_broker = {}
+        for request in requests:
+            by_broker.setdefault(request.broker_id, []).append(request)
+        results = []
+        first_error = None
+        failed = 0
+        for broker_id, broker_requests in by_broker.items():
+            delivered_before = len(results)
+            try:
+                self._send_to_broker(broker_id, broker_requests, results)
+            except Exception as exc:
+                delivered = sum(result.messages for result in results[delivered_before:])
+                failed += sum(len(request.payloads) for request in broker_requests) - delivered
+                first_error = first_error or exc
+                if isinstance(exc, BrokerUnavailableError):
+                    self._metadata.invalidate_all()  # re-probe: a dead broker's partitions drop out
+        if first_error is not None:
+            first_error.results = results
+            first_error.failed_messages = failed
+            raise first_error
+        return results
+
+    def _requests(self, topic: str, broker_id: int, partition: int, payloads: list) -> list:
+        """The request(s) for one group: compressed as one wrapper message when the topic
+        is compressed, split in halves while a wrapper would exceed max.message.size."""
+        codec = self.settings.compresses(topic)
+        if not codec:
+            return [_Request(topic, broker_id, partition, payloads, encode_message_set(payloads))]
+        compressed = compress(codec, encode_message_set(payloads))
+        if len(compressed) <= self.settings.max_message_size:
+            return [_Request(topic, broker_id, partition, payloads, encode_message(compressed, codec))]
+        if len(payloads) == 1:  # incompressible and near the limit: send it as it is
+            return [_Request(topic, broker_id, partition, payloads, encode_message_set(payloads))]
+        half = len(payloads) // 2
+        return (self._requests(topic, broker_id, partition, payloads[:half])
+                + self._requests(topic, broker_id, partition, payloads[half:]))
+
+    def _send_to_broker(self, broker_id: int, requests: list, results: list) -> None:
+        """Deliver ``requests`` to one broker, retrying what failed retriably; the
+        SendResults of what got through are appended to ``results`` as it goes."""
+        lock, connection = self._connections[broker_id]
+        last_error = None
+        for attempt in range(self.settings.num_retries + 1):
+            if attempt:
+                self.stats.add(retries=len(requests))
+                time.sleep(self.settings.retry_backoff_ms / 1000)
+            try:
+                with lock:
+                    requests = self._send_once(connection, broker_id, requests, results)
+            except BrokerUnavailableError as exc:
+                last_error = exc  # resend them all (a fire-and-forget resend may duplicate)
+                continue
+            if not requests:
+                return
+            last_error = BrokerUnavailableError(
+                f"{len(requests)} request(s) to broker {broker_id}: partition unavailable (its worker is restarting)")
+        raise last_error
+
+    def _send_once(self, connection, broker_id: int, requests: list, results: list) -> list:
+        """One attempt; appends SendResults of what got through; returns what to retry."""
+        acks = self.settings.acks
+        buffers = []
+        if acks == "none":
+            for request in requests:
+                buffers.extend(rq.produce_parts(request.topic, request.partition, request.message_set))
+            connection.send(*buffers)
+            self._count(requests)
+            results.extend(SendResult(r.topic, broker_id, r.partition, len(r.payloads), None, None)
+                           for r in requests)
+            return []
+        durability = _DURABILITY[acks]
+        for request in requests:
+            buffers.extend(rq.produce_acked_parts(durability, request.topic, request.partition, request.message_set))
+        connection.send(*buffers)  # pipelined: answers come back in request order
+        acknowledged, retry, failure = [], [], None
+        for index, request in enumerate(requests):
+            try:
+                ack = rs.decode_produce_ack(connection.receive())
+            except BrokerUnavailableError:
+                retry.extend(requests[index:])  # their answers went with the connection
+                break
+            if ack.error == ErrorCode.NO_ERROR:
+                acknowledged.append(request)
+                results.append(SendResult(request.topic, broker_id, ack.partition, len(request.payloads),
+                                          ack.offset, ack.next_offset))
+            elif ack.error in RETRIABLE_CODES:
+                retry.append(request)
+            elif failure is None:
+                failure = error_for(ack.error, f"produce to {request.topic}-{request.partition}")
+        self._count(acknowledged)
+        if failure is not None:
+            raise failure
+        return retry
+
+    def _count(self, requests) -> None:
+        self.stats.add(
+            requests_sent=len(requests),
+            messages_sent=sum(len(r.payloads) for r in requests),
+            bytes_sent=sum(len(r.message_set) for r in requests),
+        )
