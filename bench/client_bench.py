@@ -7,7 +7,8 @@ Producer (``clients.Producer``, 200-byte messages, no keys): sync with one messa
 appended); the clock stops when the broker holds every byte (fire-and-forget) or
 ``close`` returned (acknowledged). Consumer (``clients.SimpleConsumer.messages``, 1 MB
 fetches, every message CRC-checked, payloads as ``bytes`` with their offsets):
-messages/s and MB/s reading everything back, and the decoding alone
+messages/s and MB/s reading everything back one message at a time (``messages()``)
+and a decoded answer at a time (``message_sets()``), and the decoding alone
 (``MessageSet`` from a 1 MB answer already in memory).
 """
 
@@ -53,6 +54,7 @@ def produce(broker, topic: str, count: int, **settings) -> float:
 
 
 def consume(broker, topic: str, partitions: int) -> tuple:
+    """One message at a time: ``messages()``."""
     messages = nbytes = 0
     started = time.perf_counter()
     with SimpleConsumer("127.0.0.1", broker.port) as consumer:
@@ -60,6 +62,18 @@ def consume(broker, topic: str, partitions: int) -> tuple:
             for message in consumer.messages(topic, partition, 0):
                 messages += 1
                 nbytes += len(message.payload)
+    return messages, nbytes, time.perf_counter() - started
+
+
+def consume_in_bulk(broker, topic: str, partitions: int) -> tuple:
+    """A decoded answer at a time: ``message_sets()``, payloads as a list."""
+    messages = nbytes = 0
+    started = time.perf_counter()
+    with SimpleConsumer("127.0.0.1", broker.port) as consumer:
+        for partition in range(partitions):
+            for message_set in consumer.message_sets(topic, partition, 0):
+                messages += len(message_set.payloads)
+                nbytes += sum(map(len, message_set.payloads))
     return messages, nbytes, time.perf_counter() - started
 
 
@@ -83,12 +97,14 @@ def main() -> None:
             seconds = produce(broker, topic, count, **settings)
             rows.append([label, f"{count / seconds:,.0f}", f"{count * MESSAGE_BYTES / seconds / 1e6:,.1f}"])
             data[topic] = {"messages": count, "seconds": seconds, "messages_per_s": count / seconds}
-        messages, nbytes, seconds = consume(broker, "async", 2)
-        assert messages == args.messages, messages
-        rows.append(["consumer, SimpleConsumer.messages(), 1 MB fetches", f"{messages / seconds:,.0f}",
-                     f"{nbytes / seconds / 1e6:,.1f}"])
-        data["consumer"] = {"messages": messages, "seconds": seconds, "messages_per_s": messages / seconds,
-                            "payload_mb_per_s": nbytes / seconds / 1e6}
+        for label, name, reader in (("consumer, SimpleConsumer.messages(), 1 MB fetches", "consumer", consume),
+                                    ("consumer, SimpleConsumer.message_sets() (bulk)", "consumer_bulk",
+                                     consume_in_bulk)):
+            messages, nbytes, seconds = reader(broker, "async", 2)
+            assert messages == args.messages, messages
+            rows.append([label, f"{messages / seconds:,.0f}", f"{nbytes / seconds / 1e6:,.1f}"])
+            data[name] = {"messages": messages, "seconds": seconds, "messages_per_s": messages / seconds,
+                          "payload_mb_per_s": nbytes / seconds / 1e6}
     answer = encode_message_set([os.urandom(MESSAGE_BYTES)] * (1024 * 1024 // STORED_BYTES))
     count = len(answer) // STORED_BYTES
     seconds = best_of(5, lambda: MessageSet("t", 0, 0, 0, answer))

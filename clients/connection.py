@@ -56,6 +56,8 @@ class BrokerConnection:
             self.reconnects += 1
         self._ever_connected = True
         self._sock = sock
+        self._poller = select.poll()
+        self._poller.register(sock, select.POLLIN)
         self._reader = FrameReader(MAX_RESPONSE_BYTES)
         self._backoff = 0.0
 
@@ -64,8 +66,7 @@ class BrokerConnection:
         every send: writing to such a socket succeeds locally and the request is lost
         (a fire-and-forget produce would vanish without an error). Between requests
         nothing else can be waiting to be read."""
-        readable, _, _ = select.select([self._sock], [], [], 0)
-        if not readable:
+        if not self._poller.poll(0):
             return False
         try:
             return self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""

@@ -4,7 +4,8 @@ A fetch answer is decoded in bulk (``decode_messages``: one header unpack, one s
 and one CRC check per uncompressed message, nested compressed sets inflated), into a
 MessageSet of payloads and the offsets a consumer reports after each of them.
 
-``messages()`` iterates a partition from an offset: when an answer holds bytes but no
+``messages()`` iterates a partition from an offset (``message_sets()`` in bulk, a
+decoded answer at a time): when an answer holds bytes but no
 whole message (a message larger than the fetch size), the fetch size doubles, up to
 ``max_fetch_size``, and the fetch is repeated: a message is never skipped. At the end
 of the log it stops, or with ``follow=True`` polls for new data. An offset outside
@@ -12,6 +13,7 @@ the log raises OffsetOutOfRangeError (with ``topic``, ``partition``, ``offset``)
 unless ``auto_offset_reset`` says to restart from the smallest or largest offset.
 """
 
+import contextlib
 import time
 from typing import NamedTuple
 
@@ -126,45 +128,77 @@ class SimpleConsumer:
 
     def messages(self, topic: str, partition: int, offset: int, *, follow: bool = False,
                  auto_offset_reset: str | None = None, max_wait_ms: int | None = None):
-        """Iterate MessageAndOffset from ``offset`` on (see the module docstring).
+        """Iterate MessageAndOffset from ``offset`` on (see the module docstring and
+        ``message_sets`` for the arguments)."""
+        with contextlib.closing(self.message_sets(topic, partition, offset, follow=follow,
+                                                  auto_offset_reset=auto_offset_reset,
+                                                  max_wait_ms=max_wait_ms)) as message_sets:
+            for message_set in message_sets:
+                yield from message_set
+
+    def message_sets(self, topic: str, partition: int, offset: int, *, follow: bool = False,
+                     auto_offset_reset: str | None = None, max_wait_ms: int | None = None):
+        """Iterate the non-empty MessageSets from ``offset`` on: the bulk form of
+        ``messages`` (``payloads`` and ``next_offsets`` are plain lists).
 
         ``auto_offset_reset``: None raises OffsetOutOfRangeError; "smallest" or
         "largest" restarts there. With ``follow``, waits for new data (backing off up
-        to ``backoff_increment_ms``), for ever or until ``max_wait_ms`` pass without any."""
+        to ``backoff_increment_ms``), for ever or until ``max_wait_ms`` pass without any.
+        The next fetch is on its way while the current answer is handled (one request
+        ahead); stopping the iteration early closes the connection to drop its answer."""
+        connection = self._connection
         fetch_size = self.fetch_size
         idle_since = None
         backoff = 0.0
-        while True:
-            try:
-                message_set = self.fetch(topic, partition, offset, fetch_size)
-            except OffsetOutOfRangeError:
-                if auto_offset_reset not in ("smallest", "largest"):
-                    raise
-                offset = (self.earliest_offset if auto_offset_reset == "smallest" else self.latest_offset)(
-                    topic, partition)
-                continue
-            if message_set.payloads:
-                yield from message_set
-                offset = message_set.next_offset
-                fetch_size = self.fetch_size
-                idle_since = None
-                backoff = 0.0
-                continue
-            if message_set.size:  # bytes but not one whole message: the next one is bigger
-                if fetch_size >= self.max_fetch_size:
-                    raise MessageSizeTooLargeError(
-                        f"the message at {topic}-{partition}@{offset} is larger than max_fetch_size "
-                        f"({self.max_fetch_size} bytes)")
-                fetch_size = min(fetch_size * 2, self.max_fetch_size)
-                continue
-            if not follow:
-                return
-            now = time.monotonic()
-            idle_since = idle_since or now
-            if max_wait_ms is not None and (now - idle_since) * 1000 >= max_wait_ms:
-                return
-            backoff = min(self.backoff_increment_ms / 1000, backoff + 0.01)
-            time.sleep(backoff)
+        prefetched = False  # a fetch at ``offset`` with ``fetch_size`` is already sent
+        try:
+            while True:
+                try:
+                    if not prefetched:
+                        connection.send(rq.encode_fetch(topic, partition, offset, fetch_size))
+                    prefetched = False
+                    error, data = rs.split_error(connection.receive())
+                except BrokerUnavailableError:  # once more on a fresh connection
+                    error, data = rs.split_error(self._request(rq.encode_fetch(topic, partition, offset, fetch_size)))
+                message_set = MessageSet(topic, partition, offset, error, data)
+                try:
+                    message_set.check()
+                except OffsetOutOfRangeError:
+                    if auto_offset_reset not in ("smallest", "largest"):
+                        raise
+                    offset = (self.earliest_offset if auto_offset_reset == "smallest" else self.latest_offset)(
+                        topic, partition)
+                    continue
+                if message_set.payloads:
+                    offset = message_set.next_offset
+                    fetch_size = self.fetch_size
+                    try:
+                        connection.send(rq.encode_fetch(topic, partition, offset, fetch_size))
+                        prefetched = True
+                    except BrokerUnavailableError:
+                        prefetched = False  # sent again at the top of the loop
+                    yield message_set
+                    idle_since = None
+                    backoff = 0.0
+                    continue
+                if message_set.size:  # bytes but not one whole message: the next one is bigger
+                    if fetch_size >= self.max_fetch_size:
+                        raise MessageSizeTooLargeError(
+                            f"the message at {topic}-{partition}@{offset} is larger than max_fetch_size "
+                            f"({self.max_fetch_size} bytes)")
+                    fetch_size = min(fetch_size * 2, self.max_fetch_size)
+                    continue
+                if not follow:
+                    return
+                now = time.monotonic()
+                idle_since = idle_since or now
+                if max_wait_ms is not None and (now - idle_since) * 1000 >= max_wait_ms:
+                    return
+                backoff = min(self.backoff_increment_ms / 1000, backoff + 0.01)
+                time.sleep(backoff)
+        finally:
+            if prefetched:  # an answer is on its way that nobody will read
+                connection.close()
 
     def close(self) -> None:
         self._connection.close()

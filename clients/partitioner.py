@@ -2,7 +2,10 @@
 
 The default: ``xxhash64(key) % num_partitions`` for a keyed message (the same key
 always lands on the same partition, in every process and on every machine), a
-random partition for a message without a key. ``partitioner.class`` replaces it: a
+random partition for a message without a key. The producer applies the random choice
+once per topic per batch (a ``send`` call, or an async batch) rather than per message:
+a batch of keyless messages becomes one request (and one compressed set), and the
+batches still spread evenly over the partitions. ``partitioner.class`` replaces it: a
 callable ``(key, num_partitions) -> int``, or the dotted name of a class whose
 instances have ``partition(key, num_partitions)`` (0.7's Partitioner interface).
 """

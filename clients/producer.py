@@ -16,6 +16,7 @@ errors raise at once. In sync mode ``send`` delivers before it returns; in async
 """
 
 import logging
+import random
 import threading
 import time
 from typing import NamedTuple
@@ -25,7 +26,7 @@ from clients.brokers import StaticBrokerPartitions, parse_broker_list
 from clients.callbacks import load_callbacks
 from clients.connection import BrokerConnection
 from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
-from clients.partitioner import load_partitioner
+from clients.partitioner import default_partitioner, load_partitioner
 from clients.settings import ProducerSettings
 from mpbroker.errors import ErrorCode, MessageSizeTooLargeError
 from mpbroker.protocol import requests as rq
@@ -50,6 +51,9 @@ class SendResult(NamedTuple):
 
 
 class ProducerStats:
+    """Counters of a producer. Each has one writer at a time (the thread holding the
+    send lock, or the async sender thread; callers only add drops), so no lock."""
+
     def __init__(self):
         self.messages_sent = 0
         self.bytes_sent = 0
@@ -57,15 +61,9 @@ class ProducerStats:
         self.retries = 0
         self.messages_failed = 0
         self.messages_dropped = 0  # async queue full
-        self._lock = threading.Lock()
-
-    def add(self, **counts) -> None:
-        with self._lock:
-            for name, value in counts.items():
-                setattr(self, name, getattr(self, name) + value)
 
     def as_dict(self) -> dict:
-        return {name: value for name, value in vars(self).items() if not name.startswith("_")}
+        return dict(vars(self))
 
 
 class _Request:
@@ -190,7 +188,7 @@ class Producer:
         try:
             results = self._deliver(items)
         except Exception as exc:
-            self.stats.add(messages_failed=getattr(exc, "failed_messages", len(items)))
+            self.stats.messages_failed += getattr(exc, "failed_messages", len(items))
             self.callbacks.on_error(items, exc)
             raise
         self.callbacks.after_send(items, results)
@@ -199,19 +197,26 @@ class Producer:
     def _deliver(self, items) -> list:
         groups = {}
         pairs_by_topic = {}
+        keyless = {}  # topic -> the pair this batch's keyless messages go to (default partitioner)
         partition_for = self._partition_for
+        sticky = partition_for is default_partitioner
         for topic, key, payload in items:
             pairs = pairs_by_topic.get(topic)
             if pairs is None:
                 pairs = pairs_by_topic[topic] = self._metadata.partitions(topic)
                 if not pairs:
                     raise BrokerUnavailableError(f"no broker has a partition of topic {topic!r}")
-            index = partition_for(key, len(pairs))
-            if not 0 <= index < len(pairs):
-                raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
-                                 f"which has {len(pairs)} (valid: 0 to {len(pairs) - 1})")
-            broker_id, partition = pairs[index]
-            groups.setdefault((broker_id, topic, partition), []).append(payload)
+            if key is None and sticky:
+                pair = keyless.get(topic)
+                if pair is None:
+                    pair = keyless[topic] = pairs[random.randrange(len(pairs))]
+            else:
+                index = partition_for(key, len(pairs))
+                if not 0 <= index < len(pairs):
+                    raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
+                                     f"which has {len(pairs)} (valid: 0 to {len(pairs) - 1})")
+                pair = pairs[index]
+            groups.setdefault((pair[0], topic, pair[1]), []).append(payload)
         requests = []
         for (broker_id, topic, partition), payloads in groups.items():
             requests.extend(self._requests(topic, broker_id, partition, payloads))
@@ -259,7 +264,7 @@ class Producer:
         last_error = None
         for attempt in range(self.settings.num_retries + 1):
             if attempt:
-                self.stats.add(retries=len(requests))
+                self.stats.retries += len(requests)
                 time.sleep(self.settings.retry_backoff_ms / 1000)
             try:
                 with lock:
@@ -310,8 +315,8 @@ class Producer:
         return retry
 
     def _count(self, requests) -> None:
-        self.stats.add(
-            requests_sent=len(requests),
-            messages_sent=sum(len(r.payloads) for r in requests),
-            bytes_sent=sum(len(r.message_set) for r in requests),
-        )
+        stats = self.stats
+        stats.requests_sent += len(requests)
+        for request in requests:
+            stats.messages_sent += len(request.payloads)
+            stats.bytes_sent += len(request.message_set)

@@ -60,7 +60,9 @@ def by_partition(output: bytes) -> dict:
 # --- round trips -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", [[], ["--sync"], ["--async", "--acks", "append"], ["--sync", "--acks", "flush"]],
+# Keyless lines go to one random partition per batch: batches of 10 (12 batches) spread them.
+@pytest.mark.parametrize("mode", [["--batch-size", "10"], ["--sync"], ["--async", "--batch-size", "10", "--acks", "append"],
+                                  ["--sync", "--acks", "flush"]],
                          ids=["default", "sync", "async-append", "sync-flush"])
 def test_lines_round_trip(broker, mode):
     lines = [b"line-%03d" % i for i in range(120)]

@@ -17,6 +17,7 @@ from clients import (
     SimpleConsumer,
 )
 from clients.consumer import EARLIEST_TIME, LATEST_TIME
+from clients.partitioner import default_partitioner
 from mpbroker.errors import WrongPartitionError
 from mpbroker.segments.message import encode_message_set
 
@@ -275,3 +276,37 @@ def test_compressed_sets_decode_with_wrapper_offsets(broker):
                                             + [sn.next_offset + len(encode_message_set([b"plain"]))])
         # resuming at a wrapper's end never lands inside a wrapper
         assert consumer.fetch("mixed", 2, gz.next_offset).payloads == second + [b"plain"]
+
+
+def test_stopping_an_iteration_early_leaves_the_consumer_usable(broker):
+    payloads = [b"early-%03d" % i for i in range(300)]
+    with Producer(broker_list=f"{HOST}:{broker.port}", acks="flush") as producer:
+        for start in range(0, 300, 30):  # ten sets: the iteration prefetches the next one
+            producer.send("early", payloads[start:start + 30], key=b"k")
+    partition = default_partitioner(b"k", PARTITIONS)  # one broker: pair index == partition
+    with SimpleConsumer(HOST, broker.port, fetch_size=400) as consumer:
+        seen = []
+        for message in consumer.messages("early", partition, 0):
+            seen.append(message.payload)
+            if len(seen) == 45:
+                break  # a fetch is in flight: its answer must not reach the next request
+        assert seen == payloads[:45]
+        assert consumer.latest_offset("early", partition) > 0
+        again = [m.payload for m in consumer.messages("early", partition, 0)]
+        assert again == payloads
+
+
+def test_message_sets_is_the_bulk_form_of_messages(broker):
+    payloads = [b"bulk-%04d" % i for i in range(2000)]
+    with Producer(broker_list=f"{HOST}:{broker.port}", acks="flush") as producer:
+        for start in range(0, 2000, 100):
+            producer.send("bulk", payloads[start:start + 100], key=b"same")
+    partition = default_partitioner(b"same", PARTITIONS)
+    with SimpleConsumer(HOST, broker.port, fetch_size=4096) as consumer:
+        sets = list(consumer.message_sets("bulk", partition, 0))
+        assert len(sets) > 1 and all(isinstance(s.payloads, list) and s.payloads for s in sets)
+        assert sum((s.payloads for s in sets), []) == payloads
+        assert [s.offset for s in sets[1:]] == [s.next_offset for s in sets[:-1]]
+        singles = list(consumer.messages("bulk", partition, 0))
+        assert [m.payload for m in singles] == payloads
+        assert [m.next_offset for m in singles] == sum((s.next_offsets for s in sets), [])

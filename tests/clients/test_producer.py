@@ -183,12 +183,14 @@ def test_str_and_bytes_keys_hash_alike(broker):
             assert as_str.partition == as_bytes.partition == default_partitioner(key, PARTITIONS)
 
 
-def test_keyless_messages_spread_over_partitions(broker):
+def test_keyless_messages_spread_over_partitions_one_batch_at_a_time(broker):
     with Producer(broker_list=broker_list(broker), acks="flush") as producer:
         results = producer.send("spread", [b"m%d" % i for i in range(200)])
         one_by_one = {producer.send("spread", b"single")[0].partition for _ in range(60)}
-    assert {r.partition for r in results} == set(range(PARTITIONS))  # P(missing one) ~ 1e-25
-    assert len(one_by_one) > 1
+    # A keyless batch goes to one random partition, as one request ...
+    assert len(results) == 1 and results[0].messages == 200
+    # ... and batches spread over every partition (P(missing one in 60) ~ 1e-7).
+    assert one_by_one == set(range(PARTITIONS))
     assert sum(len(m) for m in read_topic(broker.port, "spread").values()) == 260
 
 
@@ -739,9 +741,9 @@ def test_a_dead_broker_fails_its_part_only_and_drops_out_of_the_partition_list(b
     pairs = producer.partitions_for("split")
     assert {broker_id for broker_id, _ in pairs} == {0, 1} and len(pairs) == 2 * PARTITIONS
     doomed.stop()
-    payloads = [b"m%d" % i for i in range(40)]  # keyless: spread over both brokers
+    payloads = [b"m%d" % i for i in range(40)]  # 40 keys: spread over both brokers' partitions
     with pytest.raises(BrokerUnavailableError) as caught:
-        producer.send("split", payloads)
+        producer.deliver([("split", b"key-%d" % i, payload) for i, payload in enumerate(payloads)])
     delivered = caught.value.results
     assert delivered and all(result.broker_id == 0 for result in delivered)
     assert caught.value.failed_messages == 40 - sum(result.messages for result in delivered)
