@@ -1,47 +1,16 @@
-"""Run a real broker (``mpbroker serve``) for a benchmark: temporary log.dir, chosen
-settings, ready when its acceptor is up, stopped (gracefully) at the end."""
+"""A broker for a benchmark: ``LocalBroker`` in a temporary directory that is removed
+afterwards, plus the bytes its segment files hold."""
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 
-from mpbroker.ctl import NotRunning, call
+from mpbroker.local_broker import LocalBroker
 
 
-class BenchBroker:
+class BenchBroker(LocalBroker):
     def __init__(self, base_dir=None, **properties):
-        self.directory = tempfile.mkdtemp(prefix="mpbroker-bench-", dir=base_dir)
-        self.log_dir = os.path.join(self.directory, "logs")
-        settings = {"port": "0", "hostname": "127.0.0.1", "log.dir": self.log_dir}
-        settings.update({key.replace("_", "."): str(value) for key, value in properties.items()})
-        self.config_path = os.path.join(self.directory, "server.properties")
-        with open(self.config_path, "w") as f:
-            f.writelines(f"{key}={value}\n" for key, value in settings.items())
-        self.socket_path = os.path.join(self.log_dir, "mpbroker.sock")
-        self.process = None
-        self.port = None
-
-    def __enter__(self):
-        self.process = subprocess.Popen([sys.executable, "-m", "mpbroker.cli", "serve", self.config_path],
-                                        stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.directory, "broker.log"), "w"))
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                status = call(self.socket_path, "status", timeout=2)
-                if status["acceptor"]["state"] == "up":
-                    self.port = status["port"]
-                    return self
-            except (NotRunning, OSError, ValueError):
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("broker did not start")
-
-    def status(self) -> dict:
-        return call(self.socket_path, "status")
+        super().__init__(tempfile.mkdtemp(prefix="mpbroker-bench-", dir=base_dir), **properties)
 
     def disk_bytes(self) -> int:
         total = 0
@@ -49,11 +18,8 @@ class BenchBroker:
             total += sum(os.path.getsize(os.path.join(root, name)) for name in files if name.endswith(".kafka"))
         return total
 
-    def __exit__(self, *exc):
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(120)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        shutil.rmtree(self.directory, ignore_errors=True)
+    def __exit__(self, *exc) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            shutil.rmtree(self.directory, ignore_errors=True)

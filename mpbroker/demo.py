@@ -8,40 +8,14 @@ gracefully.
 """
 
 import argparse
-import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import time
 
 from clients import Producer, SimpleConsumer
-from mpbroker.ctl import NotRunning, call, format_status
+from mpbroker.ctl import format_status
+from mpbroker.local_broker import LocalBroker
 
 TOPIC = "page-views"
-
-
-def start_broker(directory: str) -> tuple:
-    config = os.path.join(directory, "server.properties")
-    log_dir = os.path.join(directory, "logs")
-    with open(config, "w") as f:
-        f.write(f"port=0\nhostname=127.0.0.1\nlog.dir={log_dir}\nnum.partitions=2\nnum.workers=2\n")
-    broker = subprocess.Popen([sys.executable, "-m", "mpbroker.cli", "serve", config],
-                              stderr=open(os.path.join(directory, "broker.log"), "w"))
-    socket_path = os.path.join(log_dir, "mpbroker.sock")
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            status = call(socket_path, "status", timeout=2)
-            if status["acceptor"]["state"] == "up":
-                return broker, socket_path, status["port"]
-        except (NotRunning, OSError, ValueError):
-            pass
-        if broker.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise SystemExit(f"the broker did not start; see {directory}/broker.log")
 
 
 def main(argv=None) -> int:
@@ -49,8 +23,13 @@ def main(argv=None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the broker's directory afterwards")
     args = parser.parse_args(argv)
     directory = tempfile.mkdtemp(prefix="mpbroker-demo-")
-    broker, socket_path, port = start_broker(directory)
-    print(f"broker running on 127.0.0.1:{port} (pid {broker.pid}), log.dir {directory}/logs\n")
+    broker = LocalBroker(directory, num_partitions=2, num_workers=2)
+    try:
+        broker.start()
+    except RuntimeError as exc:
+        raise SystemExit(f"the broker did not start: {exc}") from None
+    port = broker.port
+    print(f"broker running on 127.0.0.1:{port} (pid {broker.process.pid}), log.dir {broker.log_dir}\n")
     try:
         broker_list = f"127.0.0.1:{port}"
         with Producer(broker_list=broker_list, acks="flush") as producer:
@@ -68,10 +47,10 @@ def main(argv=None) -> int:
                     print(f"consumed {TOPIC}-{partition}: {message.payload.decode():10s} "
                           f"next offset {message.next_offset}")
         print()
-        print(format_status(call(socket_path, "status")))
+        print(format_status(broker.status()))
     finally:
-        broker.send_signal(signal.SIGTERM)
-        code = broker.wait(60)
+        code = broker.stop()
+        broker.close()
         print(f"\nbroker stopped gracefully (exit code {code})")
         if args.keep:
             print(f"kept {directory}")

@@ -1,18 +1,14 @@
-"""A real broker process tree for tests: ``mpbroker serve`` in a subprocess, with a
-configuration written to a temporary directory, controlled through its control
-socket and signals."""
+"""A real broker process tree for tests: ``mpbroker.local_broker.LocalBroker`` with test
+defaults (2 workers, 4 partitions, fast time-based flushes) and what fault tests need
+besides: the children's pids, a wait for a status condition, SIGKILL of the tree."""
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
-from mpbroker.ctl import NotRunning, call
+from mpbroker.local_broker import LocalBroker
 
 DEFAULTS = {
-    "port": "0",
-    "hostname": "127.0.0.1",
     "num.workers": "2",
     "num.partitions": "4",
     "log.flush.interval": "10000",
@@ -22,56 +18,11 @@ DEFAULTS = {
 }
 
 
-class BrokerProcess:
+class BrokerProcess(LocalBroker):
     def __init__(self, directory, **properties):
-        self.directory = str(directory)
-        self.log_dir = os.path.join(self.directory, "logs")
-        self.properties = {**DEFAULTS, "log.dir": self.log_dir}
-        self.properties.update({key.replace("_", "."): str(value) for key, value in properties.items()})
-        self.config_path = os.path.join(self.directory, "server.properties")
-        self.socket_path = os.path.join(self.log_dir, "mpbroker.sock")
-        self.output_path = os.path.join(self.directory, "broker.log")
-        self.process = None
-        self.port = None
-        self.write_config()
-
-    def write_config(self) -> None:
-        with open(self.config_path, "w") as f:
-            f.writelines(f"{key}={value}\n" for key, value in self.properties.items())
-
-    def start(self, timeout: float = 30.0) -> "BrokerProcess":
-        output = open(self.output_path, "a")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "mpbroker.cli", "serve", self.config_path],
-            stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-        )
-        output.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.output()}")
-            status = self.try_status()
-            if status and status["acceptor"]["state"] == "up":
-                self.port = status["port"]
-                return self
-            time.sleep(0.05)
-        raise RuntimeError(f"broker did not become ready in {timeout}s:\n{self.output()}")
-
-    def try_status(self):
-        try:
-            return call(self.socket_path, "status", timeout=2)
-        except (NotRunning, OSError, ValueError):
-            return None
-
-    def status(self) -> dict:
-        return call(self.socket_path, "status", timeout=5)
-
-    def output(self) -> str:
-        try:
-            with open(self.output_path) as f:
-                return f.read()
-        except FileNotFoundError:
-            return ""
+        merged = {key.replace(".", "_"): value for key, value in DEFAULTS.items()}
+        merged.update(properties)
+        super().__init__(directory, **merged)
 
     def worker_pid(self, slot: int) -> int:
         return self.status()["workers"][slot]["pid"]
@@ -92,12 +43,6 @@ class BrokerProcess:
     def send_signal(self, sig: int) -> None:
         self.process.send_signal(sig)
 
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60.0) -> int:
-        if self.process is None or self.process.poll() is not None:
-            return self.process.returncode if self.process else 0
-        self.process.send_signal(sig)
-        return self.process.wait(timeout)
-
     def kill_tree(self) -> None:
         """SIGKILL the supervisor and every child, as a power cut of the process tree would."""
         pids = [pid for pid in self.child_pids() if pid]
@@ -111,11 +56,3 @@ class BrokerProcess:
                 except ProcessLookupError:
                     break
                 time.sleep(0.02)
-
-    def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait(10)
