@@ -110,7 +110,14 @@ class PartitionWorker:
                     key.data()
                 self._run_timers()
                 self._send_answers()
-            self._stop_gracefully()
+            if self._exit_code == EXIT_FLUSH_FAILED:
+                # No second flush and no more acks: after a failed fsync the page cache may
+                # call dirty data clean, so a retry could "succeed" for data that is not on
+                # disk. Exit; the respawned worker recovers from what really is on disk and
+                # the acceptor fails the flush acks still waiting (error 7).
+                log.critical("stopping without a final flush after a failed fdatasync")
+            else:
+                self._stop_gracefully()
         finally:
             selector.close()
         return self._exit_code
@@ -213,8 +220,11 @@ class PartitionWorker:
         the exit code that says so."""
         self._drain_requests()
         for partition_log, error in self.flusher.wait_idle():
-            if error is None:
-                self.handler.flushed(partition_log)
+            if error is not None:
+                log.critical("%s; stopping without a final flush", error)
+                self._exit_code = EXIT_FLUSH_FAILED
+                return
+            self.handler.flushed(partition_log)
         for partition_log in list(self.logs.logs()):
             try:
                 partition_log.flush()
