@@ -22,6 +22,10 @@ from mpbroker.segments.naming import list_segment_bases, partition_dir_name, seg
 from mpbroker.segments.offsets import offsets_before
 
 
+_PATIENCE_WITH_FALLBACK_S = 0.002
+_PATIENCE_S = 0.5
+
+
 class SegmentFile:
     __slots__ = ("fd", "refs", "retired")
 
@@ -111,7 +115,8 @@ class SegmentFiles:
         respawned worker rewrites the entry), the last consistent state still
         describes bytes that are on disk."""
         try:
-            state = view.table.read(view.index)
+            # With a last good state to fall back on, do not hold the event loop for long.
+            state = view.table.read(view.index, _PATIENCE_WITH_FALLBACK_S if view.last_state else _PATIENCE_S)
         except TornEntryError:
             if view.last_state is None:
                 raise

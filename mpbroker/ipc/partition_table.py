@@ -51,8 +51,10 @@ class TornEntryError(Exception):
     """An entry stayed mid-update for too long: its writer died while storing it."""
 
 
-_BUSY_SPINS = 64  # then yield the CPU: the writer may be preempted mid-update on our core
-_GIVE_UP_S = 0.02
+_BUSY_SPINS = 64  # attempts per burst; between bursts sleep in growing steps (a preempted writer runs)
+_FIRST_SLEEP_S = 0.00005
+_MAX_SLEEP_S = 0.005
+DEFAULT_PATIENCE_S = 0.5  # far beyond any scheduler time slice: only a dead writer takes longer
 
 
 class PartitionTable:
@@ -88,15 +90,18 @@ class PartitionTable:
         """``[(index, topic, partition), ...]`` for entries from ``start`` on."""
         return [(index, *self.name(index)) for index in range(start, len(self))]
 
-    def read(self, index: int) -> PartitionState:
-        """The entry's state, consistent; TornEntryError if it stays mid-update (its
-        writer died while storing it, until a new writer rewrites it)."""
+    def read(self, index: int, patience: float = DEFAULT_PATIENCE_S) -> PartitionState:
+        """The entry's state, consistent. A writer preempted mid-update gets the CPU
+        back while we sleep in short, growing steps; if the entry stays mid-update for
+        ``patience`` seconds its writer died while storing it, and TornEntryError is
+        raised (until a new writer rewrites the entry)."""
         at = self._at(index)
         word = at >> 3
         words = self._words
         mm = self._mm
         spins = 0
         deadline = None
+        pause = _FIRST_SLEEP_S
         while True:
             before = words[word]
             if not before & 1:
@@ -107,10 +112,12 @@ class PartitionTable:
             if spins > _BUSY_SPINS:
                 now = time.monotonic()
                 if deadline is None:
-                    deadline = now + _GIVE_UP_S
+                    deadline = now + patience
                 elif now > deadline:
-                    raise TornEntryError(f"partition table entry {index} stayed mid-update for {_GIVE_UP_S}s")
-                os.sched_yield()
+                    raise TornEntryError(f"partition table entry {index} stayed mid-update for {patience}s")
+                time.sleep(pause)
+                pause = min(_MAX_SLEEP_S, pause * 2)
+                spins = 0  # a fresh burst of attempts after each sleep
 
     # --- writer (the owning worker) --------------------------------------------
 
