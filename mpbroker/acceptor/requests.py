@@ -43,8 +43,7 @@ class RequestHandlers:
         self._router = router
         self._close = on_close  # callable(connection, reason)
         self._topics = {}  # checked topic name -> its ASCII bytes
-        self._routes = {}  # (topic, partition) -> WorkerRoute
-        self._known_targets = {}  # (topic bytes, partition) -> (topic bytes, WorkerRoute): checked before
+        self._routes = {}  # (checked topic bytes, partition in range) -> WorkerRoute
 
     def handle(self, connection, frame) -> None:
         """Answer or route one request; MalformedRequestError propagates (close)."""
@@ -79,12 +78,11 @@ class RequestHandlers:
             partition = random.randrange(count)
         elif not 0 <= partition < count:
             raise ValueError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
-        route = self._routes.get((topic, partition))
+        route = self._routes.get((topic_bytes, partition))
         if route is None:
             route = self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
             if len(self._routes) < 1_000_000:
-                self._routes[(topic, partition)] = route
-                self._known_targets[(topic_bytes, partition)] = (topic_bytes, route)
+                self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
 
     def _produce_frame(self, connection, frame: bytes) -> bool:
@@ -100,11 +98,12 @@ class RequestHandlers:
         partition, set_size = _PRODUCE_TAIL.unpack_from(frame, 4 + topic_length)
         if set_start + set_size != len(frame) or set_size < 0:
             return False
-        route = self._known_targets.get((frame[4:4 + topic_length], partition))
+        topic_bytes = frame[4:4 + topic_length]
+        route = self._routes.get((topic_bytes, partition))
         if route is None:
             return False
-        self._router.produce(connection, route[0], partition, Mode.FIRE_AND_FORGET,
-                             memoryview(frame)[set_start:], route[1])
+        self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET,
+                             memoryview(frame)[set_start:], route)
         return True
 
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:

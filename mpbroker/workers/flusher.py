@@ -42,10 +42,6 @@ class Flusher:
         self._in_flight[partition_log] = pending
         self._work.put((partition_log, pending))
 
-    @property
-    def busy(self) -> bool:
-        return bool(self._in_flight)
-
     def _run(self) -> None:
         while True:
             item = self._work.get()

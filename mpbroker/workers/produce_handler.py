@@ -45,10 +45,6 @@ class ProduceHandler:
         self._topics = {}  # topic bytes -> str
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
 
-    @property
-    def waiting_for_flush(self) -> int:
-        return sum(len(waiters) for waiters in self._flush_waiters.values())
-
     def handle(self, records) -> None:
         """Handle a batch of ring records ``(kind, body view)``; copies what it keeps."""
         produces = []
@@ -115,22 +111,21 @@ class ProduceHandler:
         data = [produce.data for produce in group if produce.data]
         total_messages = sum(produce.messages for produce in group)
         partition_log = self._logs.get(topic, partition)
+        if partition_log is None and not data:  # only empty sets, and no log: nothing to write
+            for produce in group:
+                self._acknowledge(produce, 0, 0)
+            return
         try:
-            if partition_log is None and data:
+            if partition_log is None:
                 partition_log = self._logs.get_or_create(topic, partition)
                 self._publisher.add(partition_log)
-            offset = partition_log.append_many(data, total_messages) if data else (
-                partition_log.log_end if partition_log is not None else 0)
+            offset = partition_log.append_many(data, total_messages) if data else partition_log.log_end
         except LogCorruptError:
             raise  # the log is in doubt: let the worker die and be recovered
         except (MPBrokerError, TableFullError, OSError) as exc:
             code = getattr(exc, "code", ErrorCode.UNKNOWN)
             for produce in group:
                 self._fail(produce, code, f"append to {topic}-{partition} failed: {exc}")
-            return
-        if partition_log is None:  # only empty sets for a partition with no log yet
-            for produce in group:
-                self._acknowledge(produce, 0, 0)
             return
         now = self._clock_ms()
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
