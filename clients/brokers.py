@@ -59,12 +59,13 @@ def parse_broker_list(text: str) -> list:
     return brokers
 
 
-def probe_partition_count(connection, topic: str) -> int:
-    """How many partitions ``topic`` has on the broker behind ``connection``."""
+def probe_partition_count(request, topic: str) -> int:
+    """How many partitions ``topic`` has on a broker; ``request`` sends one request to it
+    and returns the answer (e.g. ``BrokerConnection.request``)."""
     count = 0
     while count < MAX_PARTITIONS_PER_BROKER:
         probes = [(topic, partition, 0, 0) for partition in range(count, count + PROBE_BATCH)]
-        answers = rs.decode_multifetch(connection.request(rq.encode_multifetch(probes)))
+        answers = rs.decode_multifetch(request(rq.encode_multifetch(probes)))
         for error, _ in answers:
             if error == ErrorCode.WRONG_PARTITION:
                 return count
@@ -95,7 +96,7 @@ class StaticBrokerPartitions:
             lock, connection = self._connection_for(broker_id)
             try:
                 with lock:
-                    count = probe_partition_count(connection, topic)
+                    count = probe_partition_count(connection.request, topic)
             except Exception as exc:  # a dead broker: the others still take the topic
                 failures.append(exc)
                 continue

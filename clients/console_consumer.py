@@ -18,7 +18,7 @@ import argparse
 import sys
 import time
 
-from clients.brokers import parse_broker_list, probe_partition_count
+from clients.brokers import parse_broker_list
 from clients.consumer import SimpleConsumer
 from clients.errors import BrokerUnavailableError
 from mpbroker.errors import InvalidTopicError, MPBrokerError, OffsetOutOfRangeError
@@ -46,30 +46,32 @@ def _parser() -> argparse.ArgumentParser:
 
 
 class _Stream:
-    __slots__ = ("label", "partition", "offset", "fetch_size")
+    __slots__ = ("label", "partition", "offset", "fetch_size", "log_end")
 
-    def __init__(self, label: bytes, partition: int, offset: int, fetch_size: int):
+    def __init__(self, label: bytes, partition: int, offset: int, fetch_size: int, log_end: int):
         self.label = label
         self.partition = partition
         self.offset = offset
         self.fetch_size = fetch_size
+        self.log_end = log_end  # when the consumer started
 
 
 def _streams(consumer, broker, args, several_brokers: bool) -> list:
     if args.partition is not None:
         partitions = [args.partition]
     else:
-        partitions = range(probe_partition_count(consumer._connection, args.topic))
+        partitions = range(consumer.partition_count(args.topic))
     streams = []
     for partition in partitions:
+        log_end = consumer.latest_offset(args.topic, partition)
         if args.offset is not None:
             offset = args.offset
         elif args.from_beginning:
             offset = consumer.earliest_offset(args.topic, partition)
         else:
-            offset = consumer.latest_offset(args.topic, partition)
+            offset = log_end
         label = f"{broker.id}-{partition}" if several_brokers else str(partition)
-        streams.append(_Stream(label.encode(), partition, offset, args.fetch_size))
+        streams.append(_Stream(label.encode(), partition, offset, args.fetch_size, log_end))
     return streams
 
 
@@ -98,7 +100,7 @@ def main(argv=None, stdout=None) -> int:
             consumer = SimpleConsumer(broker.host, broker.port, fetch_size=args.fetch_size)
             consumers.append(consumer)
             plan.append((consumer, _streams(consumer, broker, args, len(brokers) > 1)))
-        if all(consumer.latest_offset(args.topic, s.partition) == 0 for consumer, streams in plan for s in streams):
+        if all(stream.log_end == 0 for _, streams in plan for stream in streams):
             print(f"mpbroker-console-consumer: topic {args.topic!r} has no messages yet; waiting",
                   file=sys.stderr)
         return _consume(plan, args, out)

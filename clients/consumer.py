@@ -17,6 +17,7 @@ import contextlib
 import time
 from typing import NamedTuple
 
+from clients.brokers import probe_partition_count
 from clients.connection import BrokerConnection
 from clients.errors import BrokerError, BrokerUnavailableError, error_for
 from mpbroker.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
@@ -119,6 +120,10 @@ class SimpleConsumer:
         if error:
             raise error_for(error, f"offsets of {topic}-{partition}", BrokerError)
         return offsets
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has on this broker (one MULTIFETCH probe)."""
+        return probe_partition_count(self._request, topic)
 
     def earliest_offset(self, topic: str, partition: int) -> int:
         return self.get_offsets_before(topic, partition, EARLIEST_TIME, 1)[0]

@@ -8,21 +8,19 @@ import time
 
 from mpbroker.local_broker import LocalBroker
 
-DEFAULTS = {
-    "num.workers": "2",
-    "num.partitions": "4",
-    "log.flush.interval": "10000",
-    "log.default.flush.scheduler.interval.ms": "20",
-    "log.default.flush.interval.ms": "20",
-    "worker.heartbeat.timeout.ms": "10000",
+DEFAULTS = {  # LocalBroker keyword properties: "_" stands for "."
+    "num_workers": 2,
+    "num_partitions": 4,
+    "log_flush_interval": 10000,
+    "log_default_flush_scheduler_interval_ms": 20,
+    "log_default_flush_interval_ms": 20,
+    "worker_heartbeat_timeout_ms": 10000,
 }
 
 
 class BrokerProcess(LocalBroker):
     def __init__(self, directory, **properties):
-        merged = {key.replace(".", "_"): value for key, value in DEFAULTS.items()}
-        merged.update(properties)
-        super().__init__(directory, **merged)
+        super().__init__(directory, **{**DEFAULTS, **properties})
 
     def worker_pid(self, slot: int) -> int:
         return self.status()["workers"][slot]["pid"]
