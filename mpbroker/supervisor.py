@@ -78,7 +78,6 @@ class Child:
         self.slot = slot
         self.role = role
         self.pid = 0
-        self.state = SlotState.EMPTY
         self.generation = 0
         self.restarts = 0
         self.started = 0.0  # time.monotonic() of the last fork
@@ -192,7 +191,6 @@ class Supervisor:
                 logging.shutdown()
                 os._exit(code)
         child.pid = pid
-        child.state = SlotState.STARTING
         child.ready = False
         child.started = time.monotonic()
         child.started_ms = int(time.time() * 1000)
@@ -291,7 +289,6 @@ class Supervisor:
 
     def _on_ready(self, child: Child) -> None:
         child.ready = True
-        child.state = SlotState.UP
         self.slots.set_state(child.slot, SlotState.UP)
         if child.role == "acceptor":
             if not self._ready_notified:
@@ -323,7 +320,6 @@ class Supervisor:
         child.pid = 0
         child.ready = False
         child.last_exit = code
-        child.state = SlotState.DOWN
         self.slots.set_state(child.slot, SlotState.DOWN)
         how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
         if self.phase != RUNNING:
@@ -527,9 +523,10 @@ class Supervisor:
         by_worker = collections.Counter(slot for _, _, slot, _ in rows)
 
         def describe(child: Child) -> dict:
-            heartbeat = self.slots.read(child.slot).heartbeat_ms
+            slot = self.slots.read(child.slot)
+            heartbeat = slot.heartbeat_ms
             return {
-                "slot": child.slot, "pid": child.pid or None, "state": SlotState(child.state).name.lower(),
+                "slot": child.slot, "pid": child.pid or None, "state": SlotState(slot.state).name.lower(),
                 "restarts": child.restarts,
                 "uptime_s": round(time.monotonic() - child.started, 1) if child.alive else 0,
                 "heartbeat_age_ms": now_ms - heartbeat if heartbeat else None,
