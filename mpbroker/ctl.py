@@ -64,8 +64,21 @@ def format_status(status: dict) -> str:
     acceptor = status["acceptor"]
     processes.append(["acceptor", acceptor["pid"] or "-", acceptor["state"], acceptor["restarts"],
                       acceptor["uptime_s"], "-"])
+    registrar = status.get("registrar")
+    if registrar:
+        processes.append(["registrar", registrar["pid"] or "-", registrar["state"], registrar["restarts"],
+                          registrar["uptime_s"], "-"])
     out.append(_table(["process", "pid", "state", "restarts", "uptime_s", "partitions"], processes))
     out.append("")
+    zookeeper = status.get("zookeeper")
+    if registrar:
+        if zookeeper:
+            out.append(f"zookeeper {zookeeper['zk_connect']}: {zookeeper['state']}, "
+                       f"{'registered' if zookeeper['registered'] else 'not registered'}, "
+                       f"{zookeeper['topics']} topics")
+        else:
+            out.append("zookeeper: no report from the registrar yet")
+        out.append("")
     if status["partitions"]:
         out.append(_table(
             ["topic", "partition", "worker", "log_end", "flushed_end", "segments", "bytes", "msg/s"],

@@ -40,6 +40,7 @@ from mpbroker.ipc.partition_table import PartitionTable, TornEntryError
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState, SlotTable
 from mpbroker.logging_setup import configure_logging, set_level, set_role
+from mpbroker.registry import EXIT_ID_CONFLICT, layout
 from mpbroker.process import die_with_parent, reset_signals, set_process_name
 from mpbroker.segments.clean_shutdown import take_marker, write_marker
 from mpbroker import systemd
@@ -64,6 +65,9 @@ RELOADABLE = {
     "worker.heartbeat.timeout.ms", "max.connections",
 }
 
+SHORT_ROLES = {"acceptor": "acc", "registrar": "zk"}
+REGISTRAR_STOP_TIMEOUT_S = 10.0
+
 RUNNING, STOPPING_ACCEPTOR, STOPPING_WORKERS, STOPPED = "running", "stopping acceptor", "stopping workers", "stopped"
 
 
@@ -72,7 +76,8 @@ class StartupError(Exception):
 
 
 class Child:
-    """One process slot: a worker (slot 0..N-1) or the acceptor (slot N)."""
+    """One process slot: a worker (slot 0..N-1), the acceptor (slot N) or, with
+    ZooKeeper, the registrar (slot N+1)."""
 
     def __init__(self, slot: int, role: str):
         self.slot = slot
@@ -97,7 +102,7 @@ class Child:
 
     @property
     def name(self) -> str:
-        return "acceptor" if self.role == "acceptor" else f"worker {self.slot}"
+        return self.role if self.role != "worker" else f"worker {self.slot}"
 
 
 class Supervisor:
@@ -111,6 +116,8 @@ class Supervisor:
         self.exit_code = 0
         self._started_at = time.monotonic()
         self._ready_notified = False
+        self.registrar_checked = False  # the registrar checked the broker id (or ZooKeeper was away)
+        self.zk_state = None  # the registrar's last report
         self._rate_samples = collections.deque()
         self._next_rate_sample = 0.0
         self._next_watchdog = 0.0
@@ -134,10 +141,14 @@ class Supervisor:
         self.request_rings = [Ring(config.ring_buffer_bytes) for _ in range(workers)]
         self.answer_rings = [Ring(max(1 << 20, config.ring_buffer_bytes // 4)) for _ in range(workers)]
         self.tables = [PartitionTable(PARTITIONS_PER_WORKER) for _ in range(workers)]
-        self.slots = SlotTable(workers + 1)
+        self.slots = SlotTable(workers + 2)
         self.workers = [Child(slot, "worker") for slot in range(workers)]
         self.acceptor = Child(workers, "acceptor")
+        self.registrar = Child(workers + 1, "registrar") if config.enable_zookeeper else None
+        self.children = [*self.workers, self.acceptor] + ([self.registrar] if self.registrar else [])
+        self.creator_id = layout.creator_id()  # the same for every registrar this supervisor starts
         self.listener = self._listen()
+        self.listen_port = self.listener.getsockname()[1]
         try:
             self.control_server = ControlServer(config.control_socket_path)
         except OSError as exc:
@@ -168,7 +179,7 @@ class Supervisor:
 
     @property
     def port(self) -> int:
-        return self.listener.getsockname()[1]
+        return self.listen_port
 
     # --- children ---------------------------------------------------------------
 
@@ -182,7 +193,7 @@ class Supervisor:
                 reset_signals()
                 die_with_parent(self.pid)
                 set_role(child.name)
-                set_process_name(f"mpbroker-{'acc' if child.role == 'acceptor' else 'w' + str(child.slot)}")
+                set_process_name(f"mpbroker-{SHORT_ROLES.get(child.role) or 'w' + str(child.slot)}")
                 self._close_in_child(child)
                 code = _profiled(target, child)
             except BaseException:
@@ -202,7 +213,7 @@ class Supervisor:
     def _close_in_child(self, child: Child) -> None:
         self.control_server.sock.close()
         os.close(self._lock_fd)
-        for other in [*self.workers, self.acceptor]:
+        for other in self.children:
             other.channel.close()
             if other is not child:
                 other.child_channel.close()
@@ -221,6 +232,17 @@ class Supervisor:
                             self.slots, child.slot, child.child_channel, child.restarts)
         child.child_channel.send("ready")
         return acceptor.run()
+
+    def _run_registrar(self, child: Child) -> int:
+        from mpbroker.registry.registrar import Registrar  # kazoo: only in this process
+
+        registrar = Registrar(self.config, self.port, self.tables, self.slots, child.slot, child.child_channel,
+                              self.creator_id)
+        return registrar.run()
+
+    def _spawn_registrar(self) -> None:
+        self.registrar_checked = False
+        self._fork(self.registrar, self._run_registrar)
 
     def _spawn_worker(self, child: Child) -> None:
         self.request_rings[child.slot].reset()
@@ -241,12 +263,14 @@ class Supervisor:
             signal.signal(sig, lambda signum, frame: None)  # the wake-up fd carries it
         self.selector.register(wakeup_read, selectors.EVENT_READ, "signal")
         self.selector.register(self.control_server.fileno(), selectors.EVENT_READ, "ctl")
-        for child in [*self.workers, self.acceptor]:
+        for child in self.children:
             self.selector.register(child.channel.fileno(), selectors.EVENT_READ, child)
         log.info("mpbroker %d starting: %d workers, log.dir %s, %s", self.config.brokerid, len(self.workers),
                  self.config.log_dir, "clean shutdown last time" if self.clean else "recovering logs")
-        for child in self.workers:
-            self._spawn_worker(child)
+        if self.registrar:  # the workers start once it checked the broker id
+            self._spawn_registrar()
+        else:
+            self._start_workers()
         try:
             while self.phase != STOPPED:
                 for key, _ in self.selector.select(self._timeout()):
@@ -262,8 +286,12 @@ class Supervisor:
             self._cleanup()
         return self.exit_code
 
+    def _start_workers(self) -> None:
+        for child in self.workers:
+            self._spawn_worker(child)
+
     def _timeout(self) -> float:
-        return 0.1 if self.phase != RUNNING or any(c.respawn_at for c in self.workers) else 1.0
+        return 0.1 if self.phase != RUNNING or any(c.respawn_at for c in self.children) else 1.0
 
     def _on_signals(self, signals: bytes) -> None:
         for number in signals:
@@ -281,20 +309,40 @@ class Supervisor:
             op = message.get("op")
             if op == "ready":
                 self._on_ready(child)
+            elif child is self.registrar:
+                self._on_registrar_message(op, message)
             elif op == "worker_down_ack" and child is self.acceptor:
                 worker = self.workers[message["slot"]]
                 if worker.awaiting_ack == message["generation"]:
                     worker.awaiting_ack = None
                     self._schedule_respawn(worker)
 
+    def _on_registrar_message(self, op: str, message: dict) -> None:
+        if op == "zk_state":
+            self.zk_state = {key: value for key, value in message.items() if key != "op"}
+        elif op == "checked":
+            self.registrar_checked = True
+            if not message.get("zookeeper"):
+                log.warning("starting without ZooKeeper; the broker registers once it answers")
+            if self.phase != RUNNING:
+                return
+            if all(worker.generation == 0 for worker in self.workers):
+                self._start_workers()
+            elif self._ready_notified:
+                self.registrar.channel.send("register")
+
     def _on_ready(self, child: Child) -> None:
         child.ready = True
         self.slots.set_state(child.slot, SlotState.UP)
+        if child.role == "registrar":
+            return
         if child.role == "acceptor":
             if not self._ready_notified:
                 self._ready_notified = True
                 systemd.notify(f"READY=1\nMAINPID={self.pid}\nSTATUS=accepting on port {self.port}")
                 log.info("ready: accepting on port %d", self.port)
+                if self.registrar and self.registrar.alive and self.registrar_checked:
+                    self.registrar.channel.send("register")
             return
         log.info("%s is up", child.name)
         if self.acceptor.alive:
@@ -310,7 +358,7 @@ class Supervisor:
                 return
             if pid == 0:
                 return
-            child = next((c for c in [*self.workers, self.acceptor] if c.pid == pid), None)
+            child = next((c for c in self.children if c.pid == pid), None)
             if child is not None:
                 self._on_exit(child, os.waitstatus_to_exitcode(status))
 
@@ -332,6 +380,14 @@ class Supervisor:
             self.begin_stop("a worker failed to start")
             return
         child.backoff = min(MAX_RESPAWN_BACKOFF_S, max(0.5, child.backoff * 2)) if lived < 5 else 0.0
+        if child.role == "registrar":
+            if code == EXIT_ID_CONFLICT:
+                log.critical("broker id %d belongs to another live broker; stopping", self.config.brokerid)
+                self.exit_code = 1
+                self.begin_stop("broker id conflict")
+                return
+            self._schedule_respawn(child)
+            return
         if child.role == "acceptor":
             child.restarts += 1
             for worker in self.workers:  # the next acceptor reads the slot table instead
@@ -365,6 +421,9 @@ class Supervisor:
             if self.acceptor.respawn_at is not None and now >= self.acceptor.respawn_at:
                 self.acceptor.respawn_at = None
                 self._spawn_acceptor()
+            if self.registrar and self.registrar.respawn_at is not None and now >= self.registrar.respawn_at:
+                self.registrar.respawn_at = None
+                self._spawn_registrar()
             self._check_heartbeats()
             self._sample_rates(now)
         else:
@@ -377,7 +436,7 @@ class Supervisor:
     def _check_heartbeats(self) -> None:
         now_ms = int(time.time() * 1000)
         limit = self.config.worker_heartbeat_timeout_ms
-        for child in [*self.workers, self.acceptor]:
+        for child in self.children:
             if not child.alive or not child.ready:
                 continue
             silent = now_ms - self.slots.read(child.slot).heartbeat_ms
@@ -400,20 +459,29 @@ class Supervisor:
         log.info("graceful stop (%s)", why)
         systemd.notify("STOPPING=1")
         self.phase = STOPPING_ACCEPTOR
-        for child in self.workers:
+        for child in self.children:
             child.respawn_at = None
             child.awaiting_ack = None
-        self.acceptor.respawn_at = None
+        if self.registrar and self.registrar.alive:  # out of ZooKeeper first: clients move on
+            self.registrar.channel.send("stop")
+            self.registrar.stop_deadline = time.monotonic() + REGISTRAR_STOP_TIMEOUT_S
         if self.acceptor.alive:
             self.acceptor.channel.send("stop")
             self.acceptor.stop_deadline = time.monotonic() + ACCEPTOR_STOP_TIMEOUT_S
 
     def _advance_stop(self, now: float) -> None:
         if self.phase == STOPPING_ACCEPTOR:
-            if self.acceptor.alive:
-                if now > self.acceptor.stop_deadline:
-                    log.warning("acceptor did not stop in time; killing it")
-                    self._kill(self.acceptor, signal.SIGKILL)
+            front = [child for child in (self.acceptor, self.registrar) if child and child.alive]
+            for child in front:
+                if now > child.stop_deadline:
+                    log.warning("%s did not stop in time; killing it", child.name)
+                    self._kill(child, signal.SIGKILL)
+            if front:
+                return
+            if all(worker.generation == 0 for worker in self.workers):  # stopped before the logs opened
+                if self.clean:
+                    write_marker(self.config.log_dir)  # put back what _prepare took
+                self.phase = STOPPED
                 return
             self.phase = STOPPING_WORKERS
             for child in self.workers:
@@ -442,15 +510,15 @@ class Supervisor:
         self.fast = True
         self.phase = STOPPING_WORKERS
         deadline = time.monotonic() + FAST_STOP_TIMEOUT_S
-        for child in [*self.workers, self.acceptor]:
+        for child in self.children:
             child.respawn_at = None
-            if child.alive:
-                self._kill(child, signal.SIGQUIT)
+            if child.alive:  # the registrar takes TERM: deleting its nodes is quick
+                self._kill(child, signal.SIGTERM if child is self.registrar else signal.SIGQUIT)
                 child.stop_deadline = deadline
         self.acceptor.stop_deadline = deadline
 
     def _cleanup(self) -> None:
-        for child in [*self.workers, self.acceptor]:
+        for child in self.children:
             if child.alive:
                 self._kill(child, signal.SIGKILL)
         self.control_server.close()
@@ -481,7 +549,7 @@ class Supervisor:
         self.config = self.config.with_overrides(applied)
         set_level(self.config.log_level)
         properties = self.config.as_properties()
-        for child in [*self.workers, self.acceptor]:
+        for child in self.children:
             if child.alive:
                 child.channel.send("reload", properties=properties)
         log.info("reloaded: %s", ", ".join(sorted(applied)) or "nothing changed")
@@ -549,6 +617,8 @@ class Supervisor:
             "ok": True, "pid": self.pid, "brokerid": self.config.brokerid, "port": self.port,
             "phase": self.phase, "uptime_s": round(time.monotonic() - self._started_at, 1),
             "log_dir": self.config.log_dir, "workers": workers, "acceptor": describe(self.acceptor),
+            "registrar": describe(self.registrar) if self.registrar else None,
+            "zookeeper": self.zk_state if self.registrar else None,
             "partitions": partitions,
         }
 

@@ -4,6 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# A real ZooKeeper for the registry and consumer-group tests (Debian's package; Java is present).
+if [ ! -e /usr/share/java/zookeeper.jar ]; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
+fi
+
 VENV=${MPBROKER_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
