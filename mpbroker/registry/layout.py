@@ -20,6 +20,7 @@ import socket
 import time
 from typing import NamedTuple
 
+from mpbroker.errors import InvalidTopicError
 from mpbroker.segments.naming import check_topic
 
 BROKER_IDS = "/brokers/ids"
@@ -201,7 +202,7 @@ def parse_subscription(value: bytes) -> Subscription:
         if any(count < 1 for count in topics.values()):
             raise ValueError
         return Subscription(topics)
-    except (UnicodeDecodeError, ValueError, TypeError, re.error):
+    except (UnicodeDecodeError, ValueError, TypeError, re.error, InvalidTopicError):
         raise LayoutError(f"consumer registration {value[:200]!r} is not a subscription") from None
 
 
