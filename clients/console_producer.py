@@ -1,16 +1,21 @@
 """``mpbroker-console-producer``: one message per line of standard input.
 
-    mpbroker-console-producer --broker-list HOST:PORT[,..] --topic T [--compression gzip|snappy]
-        [--key-separator SEP] [--sync|--async] [--acks append|flush]
+    mpbroker-console-producer (--broker-list HOST:PORT[,..] | --zookeeper ZK) --topic T
+        [--compression gzip|snappy] [--key-separator SEP] [--sync|--async] [--acks append|flush]
+
+``--broker-list`` names the brokers; ``--zookeeper HOST:PORT[,..][/chroot]`` finds them
+in ZooKeeper instead (``zk.connect``: the live brokers and the topic's partitions,
+followed while the tool runs).
 
 With ``--key-separator`` the text before the first separator is the message's key (it
 picks the partition and is not part of the message); a line without the separator
 stops the run. Exit codes: 0 every line delivered (or queued and then delivered by
 ``close``); 1 the broker refused or lost messages; 2 bad arguments or input; 3 no
-broker could be reached.
+broker (or no ZooKeeper) could be reached.
 """
 
 import argparse
+import logging
 import sys
 
 from clients.errors import BrokerUnavailableError, ClientError
@@ -24,7 +29,10 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpbroker-console-producer",
                                      description="send each line of standard input as a message")
-    parser.add_argument("--broker-list", required=True, help="HOST:PORT[,HOST:PORT...] or ID:HOST:PORT[,...]")
+    brokers = parser.add_mutually_exclusive_group(required=True)
+    brokers.add_argument("--broker-list", help="HOST:PORT[,HOST:PORT...] or ID:HOST:PORT[,...]")
+    brokers.add_argument("--zookeeper", metavar="ZK",
+                         help="find the brokers in ZooKeeper: HOST:PORT[,HOST:PORT...][/chroot] (zk.connect)")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--compression", choices=("none", "gzip", "snappy"), default="none")
     parser.add_argument("--key-separator", help="text before it is the key, e.g. a TAB: $'\\t'")
@@ -48,17 +56,23 @@ def _lines(stream):
 
 def main(argv=None, stdin=None) -> int:
     args = _parser().parse_args(argv)
+    if args.zookeeper:  # kazoo's reconnection notices are not for this tool's stderr; ours say what matters
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
     stdin = stdin or sys.stdin.buffer
     try:
         check_topic(args.topic)
+        discovery = {"zk.connect": args.zookeeper} if args.zookeeper else {"broker.list": args.broker_list}
         producer = Producer({
-            "broker.list": args.broker_list, "producer.type": args.producer_type, "acks": args.acks,
+            **discovery, "producer.type": args.producer_type, "acks": args.acks,
             "compression.codec": args.compression, "batch.size": args.batch_size,
             "queue.time": args.queue_time_ms, "queue.enqueueTimeout.ms": -1,
         })
     except (ValueError, InvalidTopicError) as exc:
         print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokerUnavailableError as exc:  # --zookeeper: ZooKeeper did not answer
+        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
     separator = args.key_separator.encode() if args.key_separator else None
     code = EXIT_OK
     try:

@@ -13,6 +13,12 @@ errors raise at once. In sync mode ``send`` delivers before it returns; in async
 (``producer.type=async``) it queues, and a background thread sends batches when
 ``batch.size`` messages are queued or the oldest has waited ``queue.time`` ms (see
 ``async_sender``). ``close`` delivers what is queued, then closes the connections.
+
+The brokers and a topic's (broker, partition) pairs come from a static ``broker.list``
+(``brokers.StaticBrokerPartitions``: partitions found by probing) or, with
+``zk.connect``, from ZooKeeper (``zk_brokers.ZkBrokerPartitions``: kept current by
+watches, so brokers that join are used and brokers that leave drop out). A broker's
+connection is made when it is first used.
 """
 
 import logging
@@ -28,6 +34,7 @@ from clients.connection import BrokerConnection
 from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
 from clients.partitioner import default_partitioner, load_partitioner
 from clients.settings import ProducerSettings
+from clients.zk_brokers import ZkBrokerPartitions
 from mpbroker.errors import ErrorCode, MessageSizeTooLargeError
 from mpbroker.protocol import requests as rq
 from mpbroker.protocol import responses as rs
@@ -90,19 +97,19 @@ def _to_bytes(message) -> bytes:
 class Producer:
     def __init__(self, properties=None, **overrides):
         self.settings = settings = ProducerSettings.from_properties(properties, **overrides)
-        if settings.zk_connect and not settings.broker_list:
-            raise ValueError("zk.connect discovery arrives with the ZooKeeper registry; use broker.list")
-        brokers = parse_broker_list(settings.broker_list)
-        self._connections = {
-            broker.id: (threading.Lock(), BrokerConnection(
-                broker.host, broker.port, connect_timeout_ms=settings.connect_timeout_ms,
-                socket_timeout_ms=settings.socket_timeout_ms, backoff_ms=settings.retry_backoff_ms))
-            for broker in brokers
-        }
-        self._metadata = StaticBrokerPartitions(brokers, self._connections.__getitem__,
-                                                settings.topic_metadata_refresh_ms)
         self._partition_for = load_partitioner(settings.partitioner_class)
         self.callbacks = load_callbacks(settings.callback_handler)
+        self._connections = {}  # broker id -> (lock, BrokerConnection), made on first use
+        self._connections_lock = threading.Lock()
+        if settings.zk_connect:  # after the checks that can refuse a setting: no session left open
+            self._metadata = ZkBrokerPartitions(settings.zk_connect, settings.zk_sessiontimeout_ms,
+                                                settings.zk_connectiontimeout_ms)
+        else:
+            brokers = parse_broker_list(settings.broker_list)
+            self._metadata = StaticBrokerPartitions(brokers, self._connection_for,
+                                                    settings.topic_metadata_refresh_ms)
+            for broker in brokers:
+                self._connection_for(broker.id)
         self.stats = ProducerStats()
         self._send_lock = threading.Lock()
         self._checked_topics = {}  # as given -> checked str
@@ -160,9 +167,12 @@ class Producer:
         self._closed = True
         if self._sender is not None and not self._sender.close(timeout):
             return False
-        for lock, connection in self._connections.values():
+        for lock, connection in list(self._connections.values()):
             with lock:
                 connection.close()
+        close_metadata = getattr(self._metadata, "close", None)
+        if close_metadata is not None:
+            close_metadata()  # zk.connect: ends the ZooKeeper session
         return True
 
     def __enter__(self):
@@ -176,6 +186,28 @@ class Producer:
         return self._metadata.partitions(topic)
 
     # --- delivery (sync callers and the async sender) ----------------------------
+
+    def _connection_for(self, broker_id: int) -> tuple:
+        """(lock, BrokerConnection) of a broker, made on first use; a broker that is
+        registered again at another address (zk.connect) gets a new connection."""
+        broker = self._metadata.brokers.get(broker_id)
+        entry = self._connections.get(broker_id)
+        if entry is not None and (broker is None or (entry[1].host, entry[1].port) == (broker.host, broker.port)):
+            return entry
+        if broker is None:
+            raise BrokerUnavailableError(f"broker {broker_id} is not registered any more")
+        with self._connections_lock:
+            old = self._connections.get(broker_id)
+            if old is not None and (old[1].host, old[1].port) == (broker.host, broker.port):
+                return old
+            settings = self.settings
+            entry = self._connections[broker_id] = (threading.Lock(), BrokerConnection(
+                broker.host, broker.port, connect_timeout_ms=settings.connect_timeout_ms,
+                socket_timeout_ms=settings.socket_timeout_ms, backoff_ms=settings.retry_backoff_ms))
+        if old is not None:
+            with old[0]:
+                old[1].close()
+        return entry
 
     def deliver(self, items) -> list:
         """Send ``[(topic, key, payload), ...]``; return SendResults, grouped by broker.
@@ -260,7 +292,7 @@ class Producer:
     def _send_to_broker(self, broker_id: int, requests: list, results: list) -> None:
         """Deliver ``requests`` to one broker, retrying what failed retriably; the
         SendResults of what got through are appended to ``results`` as it goes."""
-        lock, connection = self._connections[broker_id]
+        lock, connection = self._connection_for(broker_id)
         last_error = None
         for attempt in range(self.settings.num_retries + 1):
             if attempt:

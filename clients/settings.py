@@ -32,7 +32,9 @@ def _merge(properties, overrides) -> dict:
 @dataclass
 class ProducerSettings:
     broker_list: str = ""  # broker.list: id:host:port,... (or host:port,...)
-    zk_connect: str = ""  # zk.connect: discovery through ZooKeeper (with the ZooKeeper issue)
+    zk_connect: str = ""  # zk.connect: host:port[,host:port][/chroot], brokers found through ZooKeeper
+    zk_sessiontimeout_ms: int = 6000  # zk.sessiontimeout.ms
+    zk_connectiontimeout_ms: int = 6000  # zk.connectiontimeout.ms: the longest wait for ZooKeeper at start
     producer_type: str = "sync"  # producer.type: sync | async
     acks: str = "none"  # none (0.7 fire-and-forget) | append | flush (PRODUCE_ACKED)
     partitioner_class: object = None  # partitioner.class: a callable or a dotted name
@@ -48,7 +50,7 @@ class ProducerSettings:
     connect_timeout_ms: int = 5000  # connect.timeout.ms
     socket_timeout_ms: int = 30000  # socket.timeout.ms
     callback_handler: object = None  # callback.handler: hooks around a batch (object or dotted name)
-    topic_metadata_refresh_ms: int = 60000  # how long a discovered partition list is trusted
+    topic_metadata_refresh_ms: int = 60000  # broker.list: how long a probed partition list is trusted
 
     @classmethod
     def from_properties(cls, properties=None, **overrides) -> "ProducerSettings":
@@ -71,12 +73,16 @@ class ProducerSettings:
             raise ValueError(f"acks: {self.acks!r} is not one of {', '.join(ACKS)}")
         if not self.broker_list and not self.zk_connect:
             raise ValueError("either broker.list or zk.connect is required")
+        if self.broker_list and self.zk_connect:
+            raise ValueError("only one of broker.list and zk.connect can be given")
         self.compression_codec = codec_from_name(self.compression_codec)
         if isinstance(self.compressed_topics, str):
             self.compressed_topics = tuple(t.strip() for t in self.compressed_topics.split(",") if t.strip())
         for name in ("queue_time", "batch_size", "queue_size", "max_message_size", "num_retries",
                      "retry_backoff_ms", "connect_timeout_ms", "socket_timeout_ms", "topic_metadata_refresh_ms"):
             setattr(self, name, _int(name.replace("_", "."), getattr(self, name), 0))
+        for name in ("zk_sessiontimeout_ms", "zk_connectiontimeout_ms"):
+            setattr(self, name, _int(name.replace("_", "."), getattr(self, name), 1))
         self.queue_enqueue_timeout_ms = _int("queue.enqueueTimeout.ms", self.queue_enqueue_timeout_ms, -1)
         if self.batch_size < 1 or self.queue_size < 1:
             raise ValueError("batch.size and queue.size must be at least 1")

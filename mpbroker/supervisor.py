@@ -369,6 +369,8 @@ class Supervisor:
         child.ready = False
         child.last_exit = code
         self.slots.set_state(child.slot, SlotState.DOWN)
+        if child is self.registrar:
+            self.zk_state = None  # its last report died with it; the next registrar reports afresh
         how = f"exit code {code}" if code >= 0 else f"signal {signal.Signals(-code).name}"
         if self.phase != RUNNING:
             log.info("%s stopped (%s)", child.name, how)

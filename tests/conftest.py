@@ -9,7 +9,7 @@ import itertools
 
 import pytest
 
-from tests.zookeeper import ZooKeeperServer
+from mpbroker.registry.local_zookeeper import ZooKeeperServer
 
 _chroots = itertools.count()
 

@@ -104,6 +104,7 @@ class Registrar:
                 self._connect()
             if not self.client.connected:
                 self._report_unreachable()
+                self._report()  # status must show the disconnection too
                 return
             if not self.checked:
                 self.registration.check_id(self.config.zk_sessiontimeout_ms * 1.5 / 1000 + 1)

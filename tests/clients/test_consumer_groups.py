@@ -3,7 +3,6 @@ splitting a group's partitions, rebalancing when members or brokers come and go,
 filters, offsets across restarts, session expiry, ZooKeeper restarts; plus the pure
 range assignment and layout codecs."""
 
-import os
 import signal
 import subprocess
 import sys

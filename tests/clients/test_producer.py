@@ -714,9 +714,7 @@ def test_bad_setting_values_are_value_errors(broker, overrides):
         Producer(broker_list=broker_list(broker), **overrides)
 
 
-def test_zk_connect_alone_is_refused():
-    with pytest.raises(ValueError, match="broker.list"):
-        Producer(zk_connect="localhost:2181")
+def test_a_producer_needs_brokers_or_zookeeper():
     with pytest.raises(ValueError, match="broker.list or zk.connect"):
         Producer()
 

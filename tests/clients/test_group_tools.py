@@ -1,0 +1,390 @@
+"""The consumer-group tools against a real ZooKeeper and two real brokers (ids 1 and 2,
+4 partitions each): ``mpbroker-console-consumer --zookeeper`` (from the beginning,
+resuming from committed offsets after --max-messages, SIGTERM and --timeout-ms,
+whitelist and blacklist, a generated group), ``clients.group_report`` and
+``mpbroker-groups`` (members, owners, committed offsets, log ends, lag; unknown
+groups, unreachable brokers and an unreachable ZooKeeper), and the usage errors.
+
+The brokers are shared by the module's tests (one ZooKeeper chroot for them); each
+test uses topics and groups of its own.
+"""
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import pytest
+from kazoo.client import KazooClient
+
+from clients.consumer import SimpleConsumer
+from clients.group_report import describe_group, list_groups
+from clients.producer import Producer
+from clients.zk_consumer import ConsumerConnector
+from mpbroker.registry.zk_client import start_client
+from tests.broker.harness import BrokerProcess
+
+from .helpers import HOST, PARTITIONS, free_port, set_bytes, wait_for
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GROUPS_SCRIPT = os.path.join(os.path.dirname(sys.executable), "mpbroker-groups")
+BROKER_IDS = (1, 2)
+_chroots = itertools.count()
+
+
+class Cluster:
+    def __init__(self, zk_connect, brokers, zk):
+        self.zk_connect = zk_connect
+        self.brokers = brokers  # {broker id: BrokerProcess}
+        self.zk = zk  # a kazoo client under the chroot
+
+    @property
+    def broker_list(self) -> str:
+        return ",".join(f"{bid}:{HOST}:{broker.port}" for bid, broker in self.brokers.items())
+
+    def produce(self, topic: str, payloads) -> list:
+        """Acknowledged sends, message ``i`` to the ``i % 8``-th (broker, partition) pair; returns
+        ``[(broker id, partition, payload), ...]``. Waits until the messages are fetchable
+        (flushed) and the topic is registered in ZooKeeper by both brokers."""
+        sent, ends = [], {}
+        with Producer(broker_list=self.broker_list, acks="append",
+                      partitioner_class=lambda key, n: int(key) % n) as producer:
+            assert len(producer.partitions_for(topic)) == len(BROKER_IDS) * PARTITIONS
+            for index, payload in enumerate(payloads):
+                (result,) = producer.send(topic, payload, key=str(index))
+                sent.append((result.broker_id, result.partition, payload))
+                ends[(result.broker_id, result.partition)] = result.next_offset
+        assert len(ends) == min(len(payloads), len(BROKER_IDS) * PARTITIONS)
+        wait_for(lambda: all(self.log_end(topic, b, p) >= end for (b, p), end in ends.items()),
+                 what=f"{topic} flushed")
+        wait_for(lambda: self.children(f"/brokers/topics/{topic}") == [str(b) for b in BROKER_IDS],
+                 what=f"{topic} registered in ZooKeeper by both brokers")
+        return sent
+
+    def children(self, path: str) -> list:
+        return sorted(self.zk.get_children(path)) if self.zk.exists(path) else []
+
+    def log_end(self, topic: str, broker_id: int, partition: int) -> int:
+        with SimpleConsumer(HOST, self.brokers[broker_id].port) as consumer:
+            return consumer.latest_offset(topic, partition)
+
+    def committed(self, group: str, topic: str) -> dict:
+        """``{(broker id, partition): offset}`` stored in ZooKeeper."""
+        path = f"/consumers/{group}/offsets/{topic}"
+        if not self.zk.exists(path):
+            return {}
+        offsets = {}
+        for name in self.zk.get_children(path):
+            broker_id, partition = name.split("-")
+            offsets[(int(broker_id), int(partition))] = int(self.zk.get(f"{path}/{name}")[0])
+        return offsets
+
+    def log_ends(self, topic: str) -> dict:
+        return {(b, p): self.log_end(topic, b, p) for b in BROKER_IDS for p in range(PARTITIONS)}
+
+
+@pytest.fixture(scope="module")
+def cluster(zookeeper, tmp_path_factory):
+    zk_connect = zookeeper.connect_string(f"/group-tools-{next(_chroots)}")
+    zk = start_client(zk_connect, 10000, 10000)  # creates the chroot
+    brokers = {}
+    try:
+        for broker_id in BROKER_IDS:
+            directory = tmp_path_factory.mktemp(f"broker{broker_id}")
+            brokers[broker_id] = BrokerProcess(directory, enable_zookeeper="true", zk_connect=zk_connect,
+                                               brokerid=broker_id).start()
+        cluster = Cluster(zk_connect, brokers, zk)
+        wait_for(lambda: cluster.children("/brokers/ids") == [str(b) for b in BROKER_IDS],
+                 what="both brokers registered")
+        yield cluster
+    finally:
+        for broker in brokers.values():
+            broker.close()
+        zk.stop()
+        zk.close()
+
+
+def payloads(prefix: str, count: int) -> list:
+    return [b"%s-%04d" % (prefix.encode(), i) for i in range(count)]  # all of one size
+
+
+# --- the console consumer ---------------------------------------------------------------
+
+def consumer_command(zk_connect, *args):
+    return [sys.executable, "-m", "clients.console_consumer", "--zookeeper", zk_connect, *args]
+
+
+def console_consumer(zk_connect, *args, timeout=30):
+    return subprocess.run(consumer_command(zk_connect, *args), capture_output=True, timeout=timeout, cwd=REPO)
+
+
+class Lines:
+    """A running console consumer whose stdout lines are collected by a thread."""
+
+    def __init__(self, zk_connect, *args):
+        self.process = subprocess.Popen(consumer_command(zk_connect, *args), stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, cwd=REPO)
+        self.lines = []
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip(b"\n"))
+
+    def wait_lines(self, count, timeout=15.0):
+        wait_for(lambda: len(self.lines) >= count, timeout, what=f"{count} lines (have {len(self.lines)})")
+        return list(self.lines)
+
+    def stop(self, sig=signal.SIGTERM, timeout=15.0):
+        self.process.send_signal(sig)
+        code = self.process.wait(timeout)
+        self._thread.join(5)
+        return code, self.process.stderr.read()
+
+    def kill(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+def labelled(output: bytes) -> list:
+    """``<broker>-<partition>\\t<next offset>\\t<payload>`` lines -> [(broker, partition, offset, payload)]."""
+    parsed = []
+    for line in output.splitlines():
+        label, offset, payload = line.split(b"\t")
+        broker_id, partition = label.split(b"-")
+        parsed.append((int(broker_id), int(partition), int(offset), payload))
+    return parsed
+
+
+def test_group_reads_everything_then_resumes_after_max_messages_sigterm_and_timeout(cluster):
+    first = cluster.produce("resume", payloads("first", 40))
+    run = console_consumer(cluster.zk_connect, "--group", "resumers", "--topic", "resume", "--from-beginning",
+                           "--max-messages", "40", "--print-partition", "--print-offset")
+    assert run.returncode == 0, run.stderr
+    got = labelled(run.stdout)
+    assert Counter((b, p, payload) for b, p, _, payload in got) == Counter(first)
+    for key in {(b, p) for b, p, _, _ in got}:  # per partition: in order, offsets growing to the log end
+        offsets = [o for b, p, o, _ in got if (b, p) == key]
+        assert offsets == sorted(offsets) and offsets[-1] == cluster.log_end("resume", *key)
+    assert cluster.committed("resumers", "resume") == cluster.log_ends("resume"), "--max-messages committed"
+
+    # The same group goes on where it stopped (no --from-beginning needed); SIGTERM commits.
+    follower = Lines(cluster.zk_connect, "--group", "resumers", "--topic", "resume")
+    try:
+        wait_for(lambda: len(cluster.children("/consumers/resumers/owners/resume")) == 8,
+                 what="the follower to own the partitions")
+        second = cluster.produce("resume", payloads("second", 24))
+        assert sorted(follower.wait_lines(24)) == sorted(p for _, _, p in second)
+        code, err = follower.stop(signal.SIGTERM)
+        assert code == 0, err
+        assert len(follower.lines) == 24
+    finally:
+        follower.kill()
+    assert cluster.committed("resumers", "resume") == cluster.log_ends("resume"), "SIGTERM committed"
+    assert not cluster.zk.get_children("/consumers/resumers/ids"), "left the group"
+
+    third = cluster.produce("resume", payloads("third", 16))
+    started = time.monotonic()
+    run = console_consumer(cluster.zk_connect, "--group", "resumers", "--topic", "resume", "--from-beginning",
+                           "--timeout-ms", "2500")
+    assert run.returncode == 0, run.stderr
+    assert sorted(run.stdout.splitlines()) == sorted(p for _, _, p in third), "only what came after"
+    assert time.monotonic() - started < 15
+    assert cluster.committed("resumers", "resume") == cluster.log_ends("resume")
+
+
+def test_whitelist_and_blacklist_take_the_matching_topics(cluster):
+    produced = {topic: cluster.produce(topic, payloads(topic, 12)) for topic in ("wl-a", "wl-b", "wl-c")}
+    wanted = sorted(p for topic in ("wl-a", "wl-b") for _, _, p in produced[topic])
+    for group, args in (("whitelisters", ["--whitelist", "wl-[ab]"]),
+                        ("blacklisters", ["--blacklist", "(?!wl-).*|wl-c"])):
+        run = console_consumer(cluster.zk_connect, "--group", group, *args, "--from-beginning",
+                               "--timeout-ms", "2500", "--print-partition")
+        assert run.returncode == 0, run.stderr
+        assert sorted(line.split(b"\t")[1] for line in run.stdout.splitlines()) == wanted, group
+        topics = sorted(cluster.zk.get_children(f"/consumers/{group}/offsets"))
+        assert topics == ["wl-a", "wl-b"], group
+
+
+def test_without_group_a_generated_group_is_used_and_removed_on_sigint(cluster):
+    produced = cluster.produce("anon", payloads("anon", 8))
+    reader = Lines(cluster.zk_connect, "--topic", "anon", "--from-beginning")
+    try:
+        assert sorted(reader.wait_lines(8)) == sorted(p for _, _, p in produced)
+        (group,) = [g for g in list_groups(cluster.zk_connect) if g.startswith("console-consumer-")]
+        assert len(cluster.children(f"/consumers/{group}/ids")) == 1
+        code, err = reader.stop(signal.SIGINT)
+        assert code == 0, err
+    finally:
+        reader.kill()
+    assert not [g for g in list_groups(cluster.zk_connect) if g.startswith("console-consumer-")]
+
+
+# --- the group report ---------------------------------------------------------------------
+
+def groups_tool(*args, timeout=30):
+    assert os.path.exists(GROUPS_SCRIPT), "pip install -e . makes the mpbroker-groups script"
+    return subprocess.run([GROUPS_SCRIPT, *args], capture_output=True, timeout=timeout, cwd=REPO)
+
+
+def test_describe_group_members_owners_offsets_and_lag(cluster):
+    total, taken = 80, 30
+    produced = cluster.produce("lag", payloads("lag", total))
+    size = set_bytes([produced[0][2]])
+    connector = ConsumerConnector({"zk.connect": cluster.zk_connect, "groupid": "laggers",
+                                   "autocommit.enable": "false", "consumer.timeout.ms": 10000})
+    try:
+        (stream,) = connector.create_message_streams({"lag": 1})["lag"]
+        consumed = [next(stream) for _ in range(taken)]
+        # Every partition's fetcher starts (and commits offset 0 for the ones not read yet).
+        def committed_everywhere():
+            connector.commit_offsets()
+            report = describe_group(cluster.zk_connect, "laggers")
+            return report if all(p["committed_offset"] is not None for t in report["topics"]
+                                 for p in t["partitions"]) else None
+        report = wait_for(committed_everywhere, interval=0.2, what="a committed offset for every partition")
+
+        expected_committed = {(b, p): 0 for b in BROKER_IDS for p in range(PARTITIONS)}
+        for message in consumed:
+            expected_committed[(message.broker_id, message.partition)] = message.next_offset
+        log_ends = cluster.log_ends("lag")
+        stream_id = f"{connector.consumer_id}-0"
+
+        assert report["group"] == "laggers"
+        (member,) = report["members"]
+        assert member["consumer_id"] == connector.consumer_id
+        assert member["subscription"] == {"kind": "static", "topics": {"lag": 1}}
+        assert member["streams"] == [stream_id] and len(member["owned"]) == 8
+        (topic,) = report["topics"]
+        assert topic["topic"] == "lag"
+        rows = {(p["broker_id"], p["partition"]): p for p in topic["partitions"]}
+        assert set(rows) == set(expected_committed)
+        for key, row in rows.items():
+            assert row["owner"] == stream_id
+            assert row["committed_offset"] == expected_committed[key]
+            assert row["log_end_offset"] == log_ends[key]
+            assert row["lag"] == log_ends[key] - expected_committed[key]
+        assert topic["lag"] == report["lag"] == (total - taken) * size, "lag in bytes: N-K messages"
+        assert report["lag_complete"] and report["notes"] == []
+
+        cli = groups_tool("--zookeeper", cluster.zk_connect, "--group", "laggers", "--json")
+        assert cli.returncode == 0, cli.stderr
+        assert json.loads(cli.stdout) == report
+        table = groups_tool("--zookeeper", cluster.zk_connect, "--group", "laggers")
+        assert table.returncode == 0, table.stderr
+        text = table.stdout.decode()
+        assert f"lag {(total - taken) * size} bytes" in text
+        assert connector.consumer_id in text and "lag:1" in text
+        header = next(line for line in text.splitlines() if line.startswith("topic"))
+        assert header.split() == ["topic", "partition", "owner", "committed", "log_end", "lag"]
+        row = next(line for line in text.splitlines() if line.startswith("lag  ") and " 1-0 " in line)
+        assert row.split() == ["lag", "1-0", stream_id, str(expected_committed[(1, 0)]),
+                               str(log_ends[(1, 0)]), str(log_ends[(1, 0)] - expected_committed[(1, 0)])]
+        listing = groups_tool("--zookeeper", cluster.zk_connect, "--json")
+        assert listing.returncode == 0, listing.stderr
+        groups = {g["group"]: g for g in json.loads(listing.stdout)["groups"]}
+        assert groups["laggers"] == {"group": "laggers", "members": 1, "topics": ["lag"]}
+    finally:
+        connector.shutdown()
+
+    after = describe_group(cluster.zk_connect, "laggers")
+    assert after["members"] == []
+    (topic,) = after["topics"]
+    assert all(p["owner"] is None for p in topic["partitions"])
+    assert topic["lag"] == (total - taken) * size, "shutdown committed what was handed out, no more"
+    assert "laggers" in groups_tool("--zookeeper", cluster.zk_connect).stdout.decode()
+
+
+def test_unreachable_and_unregistered_brokers_give_no_log_end(zk_connect):
+    """A group with offsets on a broker registered at a closed port and on a broker that
+    is not registered at all: committed offsets shown, log end and lag unknown, notes say why."""
+    closed = free_port()
+    zk = KazooClient(hosts=zk_connect.split("/")[0], timeout=10)
+    zk.start(10)
+    try:
+        chroot = "/" + zk_connect.split("/", 1)[1]
+        zk.create(f"{chroot}/brokers/ids/7", f"gone-1:{HOST}:{closed}".encode(), makepath=True)
+        zk.create(f"{chroot}/brokers/topics/ghost/7", b"1", makepath=True)
+        zk.create(f"{chroot}/consumers/ghosts/offsets/ghost/7-0", b"120", makepath=True)
+        zk.create(f"{chroot}/consumers/ghosts/offsets/ghost/8-3", b"40", makepath=True)
+        zk.create(f"{chroot}/consumers/ghosts/ids", makepath=True)
+    finally:
+        zk.stop()
+        zk.close()
+    started = time.monotonic()
+    report = describe_group(zk_connect, "ghosts", broker_timeout_ms=1000)
+    assert time.monotonic() - started < 10
+    (topic,) = report["topics"]
+    rows = {p["node"]: p for p in topic["partitions"]}
+    assert set(rows) == {"7-0", "8-3"}
+    assert rows["7-0"]["committed_offset"] == 120 and rows["8-3"]["committed_offset"] == 40
+    assert all(row["log_end_offset"] is None and row["lag"] is None for row in rows.values())
+    assert not report["lag_complete"]
+    notes = "\n".join(report["notes"])
+    assert f"broker 7 ({HOST}:{closed}) could not be reached" in notes
+    assert "broker 8 is not registered" in notes
+    table = groups_tool("--zookeeper", zk_connect, "--group", "ghosts", "--broker-timeout-ms", "1000")
+    assert table.returncode == 0, table.stderr
+    assert "lag 0 bytes (not known for 2 partitions)" in table.stdout.decode()
+    assert "note: broker 7" in table.stdout.decode()
+
+
+# --- errors and exit codes ---------------------------------------------------------------
+
+def test_unknown_group_exits_1(cluster):
+    result = groups_tool("--zookeeper", cluster.zk_connect, "--group", "nobody-here")
+    assert result.returncode == 1
+    assert b"no consumer group 'nobody-here'" in result.stderr
+    assert result.stdout == b""
+
+
+def test_unreachable_zookeeper_exits_3_quickly():
+    target = f"{HOST}:{free_port()}"
+    for command, run in (("groups", lambda: groups_tool("--zookeeper", target, "--zk-timeout-ms", "1000")),
+                         ("groups --group", lambda: groups_tool("--zookeeper", target, "--group", "g",
+                                                                "--zk-timeout-ms", "1000")),
+                         ("console consumer", lambda: console_consumer(target, "--topic", "t", "--group", "g",
+                                                                       "--zk-timeout-ms", "1000"))):
+        started = time.monotonic()
+        result = run()
+        assert result.returncode == 3, (command, result.stderr)
+        assert f"ZooKeeper unreachable: no ZooKeeper answered at {target}".encode() in result.stderr, command
+        assert len(result.stderr.splitlines()) == 1, (command, result.stderr)
+        assert time.monotonic() - started < 8, command
+
+
+@pytest.mark.parametrize("args", [
+    ["--broker-list", f"{HOST}:1", "--zookeeper", f"{HOST}:1", "--topic", "t"],
+    ["--broker-list", f"{HOST}:1", "--topic", "t", "--group", "g"],
+    ["--broker-list", f"{HOST}:1", "--whitelist", "t.*"],
+    ["--zookeeper", f"{HOST}:1", "--group", "g"],
+    ["--zookeeper", f"{HOST}:1", "--topic", "t", "--whitelist", "t.*"],
+    ["--zookeeper", f"{HOST}:1", "--topic", "t", "--partition", "0"],
+    ["--zookeeper", f"{HOST}:1", "--topic", "t", "--group", "bad/group"],
+    ["--zookeeper", f"{HOST}:1", "--whitelist", "(unclosed"],
+    ["--zookeeper", f"{HOST}:1", "--topic", "../x"],
+], ids=["both-sources", "group-without-zookeeper", "whitelist-without-zookeeper", "no-topic",
+        "topic-and-whitelist", "partition-with-zookeeper", "bad-group", "bad-regex", "bad-topic"])
+def test_console_consumer_usage_errors_exit_2(args):
+    result = subprocess.run([sys.executable, "-m", "clients.console_consumer", *args], capture_output=True,
+                            timeout=30, cwd=REPO)
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == b""
+
+
+@pytest.mark.parametrize("args", [[], ["--zookeeper", f"{HOST}:1", "--group", "a b"],
+                                  ["--zookeeper", f"{HOST}:1", "--zk-timeout-ms", "x"]],
+                         ids=["no-zookeeper", "bad-group", "bad-timeout"])
+def test_groups_tool_usage_errors_exit_2(args):
+    result = groups_tool(*args)
+    assert result.returncode == 2
+    assert result.stdout == b""
