@@ -12,8 +12,10 @@ What it does, in PROTOCOL.md's layout and algorithm:
   session expiry: read the group and the partitions, compute the range assignment
   (``clients.rebalance``), and if this consumer's share changed: stop the fetchers,
   drop queued chunks, commit, release its owner nodes, claim the new ones (a claim
-  that finds another owner releases what it claimed, waits ``rebalance.backoff.ms``
-  and retries, up to ``rebalance.retries.max`` times; then it tries again later);
+  that finds another owner releases what it claimed, backs off and retries, up to
+  ``rebalance.retries.max`` times, then tries again later; the back-off lasts
+  ``rebalance.backoff.ms`` at most: a watch on the owner node in the way ends it when
+  that owner lets go, so a group settles as fast as its slowest member releases);
 - starts each claimed partition at its committed offset, or without one at the
   smallest or largest offset (``autooffset.reset``), and fetches with one thread per
   broker (``clients.fetcher``);
@@ -48,6 +50,7 @@ log = logging.getLogger(__name__)
 
 ZK_ERRORS = (KazooException, *TRANSIENT)
 FETCHER_JOIN_S = 2.0
+MIN_BACKOFF_S = 0.02
 
 
 class ConsumerConnector:
@@ -225,9 +228,13 @@ class ConsumerConnector:
                 self.rebalances += 1
                 return True
             if attempt < attempts:
-                log.info("consumer %s: rebalance attempt %d of %d did not complete; retrying in %.1fs",
+                log.info("consumer %s: rebalance attempt %d of %d did not complete; retrying within %.1fs",
                          self.consumer_id, attempt, attempts, backoff)
-                if self._closed.wait(backoff):
+                # Back off for rebalance.backoff.ms, or less: until the owner node that was in
+                # the way goes, or the group changes (the watches set the trigger).
+                self._closed.wait(MIN_BACKOFF_S)
+                self._trigger.wait(backoff)
+                if self._closed.is_set():
                     return True
                 self._trigger.clear()  # the next attempt reads everything afresh
         self.rebalance_failures += 1
@@ -296,6 +303,8 @@ class ConsumerConnector:
                 if not (data == value and stat.ephemeralOwner == session):
                     log.info("consumer %s: %s-%s is still owned by %s", self.consumer_id, topic, partition.node(),
                              data.decode(errors="replace") if data else "(gone)")
+                    if client.exists(path, watch=self._on_watch) is None:  # the back-off ends when it goes
+                        self._trigger.set()
                     self._owner_paths = claimed
                     self._owner_session = session
                     self._release()
