@@ -1,2 +1,3 @@
-"""The PySpark loader that copies new messages of each partition into Parquet and
-stores offsets only after the load committed. Arrives with the Spark loader issue."""
+"""The offline half of the design: a PySpark job that copies what is new in the broker
+into Parquet, one Spark task per (broker, topic, partition), and stores the offsets
+only once the data is committed (``job``). ``mpbroker-spark-load`` is its command."""
