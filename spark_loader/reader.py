@@ -1,5 +1,5 @@
-"""Reading one PartitionRange as Arrow record batches: what each Spark task runs, and
-what the benchmark times without Spark.
+"""Reading one PartitionRange as Arrow record batches, and writing them as one Parquet
+file: what each Spark task runs (and what the benchmark times without Spark).
 
 Fetches of ``fetch_size`` bytes, decoded in bulk (``SimpleConsumer.message_sets``:
 one CRC check per message, nested compressed sets inflated), cut at the range's end;
@@ -10,12 +10,15 @@ capped by ``--max-bytes-per-partition``: then reading stops at the last whole me
 before the cap, and ``ReadStats.next_offset`` says where the next load starts.
 """
 
+import os
 from typing import NamedTuple
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from clients.consumer import SimpleConsumer
 
+ROW_GROUP_BYTES = 64 * 1024 * 1024
 SCHEMA = pa.schema([("broker", pa.int32()), ("partition", pa.int32()), ("offset", pa.int64()),
                     ("payload", pa.binary())])
 
@@ -71,3 +74,36 @@ def _count_before(next_offsets: list, end: int) -> int:
         else:
             high = middle
     return low
+
+
+def write_partition_file(part, directory: str, name: str, fetch_size: int, stats: list):
+    """Read ``part`` into one Parquet file ``directory/name`` (snappy, no dictionary:
+    payloads rarely repeat; row groups of about 64 MB) and fsync it; returns its path,
+    or None when the range held no message. ``stats`` gets the ReadStats."""
+    path = os.path.join(directory, name)
+    writer = None
+    pending, pending_bytes = [], 0
+    try:
+        for batch in read_batches(part, fetch_size, stats):
+            pending.append(batch)
+            pending_bytes += batch.nbytes
+            if pending_bytes >= ROW_GROUP_BYTES:
+                writer = writer or _open_writer(path)
+                writer.write_table(pa.Table.from_batches(pending, SCHEMA))
+                pending, pending_bytes = [], 0
+        if pending:
+            writer = writer or _open_writer(path)
+            writer.write_table(pa.Table.from_batches(pending, SCHEMA))
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        return None
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+    return path
+
+
+def _open_writer(path: str):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return pq.ParquetWriter(path, SCHEMA, compression="snappy", use_dictionary=False)
