@@ -65,13 +65,24 @@ def main(argv=None) -> int:
     for noisy in ("kazoo", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from mpbroker.errors import InvalidTopicError
+    from mpbroker.segments.naming import check_topic
     from mpbroker.registry.zk_client import ZooKeeperUnavailable
     from clients.errors import BrokerUnavailableError
     from spark_loader.job import LoadOptions, run_load
-    from spark_loader.state import LoadLockedError
+    from spark_loader.state import LoaderState, LoadLockedError
 
     if not args.topic and not args.whitelist:
         print(f"{PROG}: name at least one --topic or a --whitelist", file=sys.stderr)
+        return EXIT_USAGE
+    if args.whitelist and not args.zookeeper:
+        print(f"{PROG}: --whitelist needs --zookeeper: the 0.7 protocol cannot list a broker's topics",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        for topic in args.topic:
+            check_topic(topic)
+    except InvalidTopicError as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.max_bytes_per_partition < 0 or args.fetch_size < 1:
         print(f"{PROG}: --max-bytes-per-partition must be >= 0 and --fetch-size >= 1", file=sys.stderr)
@@ -82,6 +93,9 @@ def main(argv=None) -> int:
                           zk_timeout_ms=args.zk_timeout_ms)
     spark = None
     try:
+        probe = LoaderState(args.output)  # a held lock is found before a Spark session is started
+        probe.lock()
+        probe.unlock()
         spark = spark_session(args.master)
         summary = run_load(spark, options)
     except LoadLockedError as exc:

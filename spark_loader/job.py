@@ -79,6 +79,11 @@ def run_load(spark, options: LoadOptions) -> dict:
         missing = [part.key for part in todo if part.key not in stats]
         if missing:
             raise RuntimeError(f"no result from the tasks of {', '.join(missing)}; nothing committed")
+        for part in todo:
+            if stats[part.key].messages == 0:
+                log.warning("%s did not advance: its next message ends past the load's end %d "
+                            "(--max-bytes-per-partition smaller than one message or compressed set?)",
+                            part.key, part.end)
         _crash_point("after_write")
         offsets = dict(stored)
         for part in ranges:

@@ -49,7 +49,7 @@ class LoadSource(NamedTuple):
 def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist: str = "",
              zk_timeout_ms: int = 6000) -> LoadSource:
     """The brokers and the partitions of the topics to load."""
-    topics = [check_topic(topic) for topic in topics]
+    topics = list(dict.fromkeys(check_topic(topic) for topic in topics))  # a topic named twice is read once
     if zookeeper:
         client = start_client(zookeeper, 6000, zk_timeout_ms)
         try:

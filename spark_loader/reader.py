@@ -42,6 +42,10 @@ def read_batches(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = N
                 payloads, next_offsets = message_set.payloads, message_set.next_offsets
                 if next_offsets[-1] > part.end:
                     keep = _count_before(next_offsets, part.end)
+                    # a compressed wrapper cut by the cap is left whole to the next load: the
+                    # messages of a wrapper but its last report the wrapper's start (= their own)
+                    while keep and next_offsets[keep - 1] == (next_offsets[keep - 2] if keep > 1 else offset):
+                        keep -= 1
                     payloads, next_offsets = payloads[:keep], next_offsets[:keep]
                 if payloads:
                     starts = [offset]

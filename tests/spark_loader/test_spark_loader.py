@@ -1,0 +1,703 @@
+"""The Spark loader (``spark_loader``) end to end: real Spark (``local[2]``), real brokers
+(``mpbroker serve`` process trees), a real ZooKeeper; no mocks.
+
+In-process loads share one SparkSession (``spark`` fixture, module scope); the command
+``mpbroker-spark-load`` runs as a subprocess only where a process is needed: exit codes,
+stderr, crashes (``MPBROKER_LOADER_CRASH_AT``), SIGKILL, the lock.
+
+What is checked each time: the Parquet output (read back with pyarrow, which skips
+``DIR/_mpbroker``) holds every message produced exactly once, with the broker, partition
+and log offset the producer's acknowledgements reported; ``state.json`` holds the log
+ends; the summary counts what was read.
+"""
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
+
+import pyarrow.dataset as ds
+import pytest
+
+from clients import Producer, SimpleConsumer
+from clients.zk_registry import read_topic_partitions
+from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
+from mpbroker.segments.message import V1_OVERHEAD
+from spark_loader.cli import spark_session
+from spark_loader.job import CRASH_ENV, LoadOptions, run_load
+from spark_loader.state import LoaderState, LoadLockedError
+
+from tests.broker.conftest import broker_factory  # noqa: F401  (real broker process trees)
+
+REPO = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+CLI_TIMEOUT_S = 240
+CLI_DURATIONS = []  # wall time of the complete CLI loads run so far (JVM start included)
+
+
+# --- fixtures and helpers ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    session = spark_session("local[2]")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+class Sent(NamedTuple):
+    topic: str
+    broker: int
+    partition: int
+    offset: int  # where the message starts in the log (a compressed wrapper's start for its messages)
+    payload: bytes
+
+
+def broker_list(*brokers) -> str:
+    return ",".join(f"{b.properties['brokerid']}:{HOST}:{b.port}" for b in brokers)
+
+
+def produce(brokers: str, topic: str, count: int, *, first: int = 0, batch: int = 10, codec: str = "") -> list:
+    """``count`` messages of varying sizes to ``topic``, ``batch`` per key (one message set,
+    one partition each; keys spread the sets over the partitions); acknowledged after the
+    flush. Returns what was sent, with the offsets the broker acknowledged."""
+    rng = random.Random(f"{topic}/{first}")
+    options = {"compression_codec": codec} if codec else {}
+    sent = []
+    with Producer(broker_list=brokers, acks="flush", **options) as producer:
+        for start in range(first, first + count, batch):
+            payloads = [f"{topic}#{n}#".encode() + rng.randbytes(rng.randrange(0, 40))
+                        for n in range(start, min(start + batch, first + count))]
+            (result,) = producer.send(topic, payloads, key=f"key-{start}".encode())
+            assert result.messages == len(payloads)
+            offset = result.offset
+            for payload in payloads:
+                sent.append(Sent(topic, result.broker_id, result.partition, offset, payload))
+                if not codec:
+                    offset += V1_OVERHEAD + len(payload)
+            if not codec:
+                assert offset == result.next_offset, "the offsets computed for the set end where the broker said"
+    return sent
+
+
+def log_ends(port: int, topic: str, partitions: int) -> list:
+    with SimpleConsumer(HOST, port) as consumer:
+        return [consumer.latest_offset(topic, p) for p in range(partitions)]
+
+
+def earliest_offsets(port: int, topic: str, partitions: int) -> list:
+    with SimpleConsumer(HOST, port) as consumer:
+        return [consumer.earliest_offset(topic, p) for p in range(partitions)]
+
+
+def read_output(output) -> list:
+    """Every row visible in the output, as (Sent, load_id); [] when there is no file yet."""
+    output = Path(output)
+    files = [p for p in output.rglob("*.parquet")
+             if not any(part.startswith(("_", ".")) for part in p.relative_to(output).parts)]
+    if not files:
+        return []
+    table = ds.dataset(str(output), format="parquet", partitioning="hive").to_table()
+    return [(Sent(row["topic"], row["broker"], row["partition"], row["offset"], row["payload"]), row["load_id"])
+            for row in table.to_pylist()]
+
+
+def assert_exactly_once(output, expected) -> list:
+    """The output holds each message of ``expected`` once and nothing else; returns the rows."""
+    rows = read_output(output)
+    counts = Counter(sent for sent, _ in rows)
+    repeated = {sent: n for sent, n in counts.items() if n > 1}
+    assert not repeated, f"{len(repeated)} messages loaded more than once, e.g. {next(iter(repeated.items()))}"
+    missing = set(expected) - set(counts)
+    extra = set(counts) - set(expected)
+    assert not missing, f"{len(missing)} of {len(set(expected))} messages not loaded, e.g. {min(missing)}"
+    assert not extra, f"{len(extra)} rows that were never produced, e.g. {min(extra)}"
+    assert len(rows) == len(set(expected))
+    return rows
+
+
+def load_dirs(output) -> set:
+    """(topic, load_id) of every load directory in the output."""
+    return {(path.parent.parent.name.removeprefix("topic="), path.name.removeprefix("load_id="))
+            for path in Path(output).glob("topic=*/load_date=*/load_id=*")}
+
+
+def read_state(output) -> dict:
+    path = Path(output, "_mpbroker", "state.json")
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def staged(output) -> list:
+    """The files still in the staging area."""
+    return [p for p in Path(output, "_mpbroker", "staging").rglob("*") if p.is_file()]
+
+
+def staging_dirs(output) -> set:
+    staging = Path(output, "_mpbroker", "staging")
+    return {path.name for path in staging.iterdir()} if staging.is_dir() else set()
+
+
+def _phase_reached(output, log_text: str, earlier: set, summaries: set) -> str:
+    """How far a killed load got, judged from what it left (for the failure message)."""
+    if set(saved_summaries(output)) - summaries:
+        return "finished" if " msg/s" in log_text else "load done, Spark stopping"
+    if read_state(output).get("moving"):
+        return "committed, files not moved"
+    if staging_dirs(output) - earlier:
+        return "writing files, not committed"
+    if "with new data" in log_text:
+        return "planned"
+    return "starting"
+
+
+def saved_summaries(output) -> dict:
+    return {p.stem: json.loads(p.read_text()) for p in Path(output, "_mpbroker", "loads").glob("*.json")}
+
+
+def load(spark, output, brokers: str = "", topics=(), **options) -> dict:
+    return run_load(spark, LoadOptions(output=str(output), topics=list(topics), broker_list=brokers, **options))
+
+
+def cli_command(*args) -> list:
+    return [sys.executable, "-m", "spark_loader.cli", *map(str, args)]
+
+
+def cli_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY") and k != CRASH_ENV}
+    env.update(extra)
+    return env
+
+
+class CliResult(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def run_cli(*args, env=None, timeout=CLI_TIMEOUT_S) -> CliResult:
+    started = time.monotonic()
+    done = subprocess.run(cli_command(*args), capture_output=True, text=True, cwd=REPO, env=env or cli_env(),
+                          timeout=timeout)
+    seconds = time.monotonic() - started
+    if done.returncode in (0, 17):  # a whole load (17: crashed at its end)
+        CLI_DURATIONS.append(seconds)
+    return CliResult(done.returncode, done.stdout, done.stderr, seconds)
+
+
+def start_cli(*args, log_path, env=None) -> subprocess.Popen:
+    """The CLI in a process group of its own (its Spark JVM included), output to a file."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen(cli_command(*args), stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
+                                env=env or cli_env(), start_new_session=True)
+
+
+def _process_groups_below(pid: int) -> set:
+    """The process groups of ``pid``'s descendants (PySpark's daemon makes a group of its own)."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            children.setdefault(int(fields[1]), []).append((int(entry), int(fields[2])))  # ppid -> (pid, pgid)
+    groups, todo = set(), [pid]
+    while todo:
+        for child, group in children.get(todo.pop(), []):
+            groups.add(group)
+            todo.append(child)
+    return groups
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL the CLI and its process group (the Spark JVM with it). The Python workers
+    are in a group of their own (PySpark's daemon): they see the JVM go and end by
+    themselves, perhaps after finishing a file; wait for that (SIGKILL them after 30 s),
+    so that nothing of the killed load is still running when the next one starts."""
+    groups = _process_groups_below(process.pid) | {process.pid}
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(map(_group_alive, groups)):
+        time.sleep(0.05)
+    for group in filter(_group_alive, groups):
+        os.killpg(group, signal.SIGKILL)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+    return value
+
+
+def check_partition_offsets(rows) -> None:
+    """Per (topic, broker, partition): the first message at offset 0, offsets strictly increasing."""
+    by_partition = {}
+    for sent, _ in rows:
+        by_partition.setdefault((sent.topic, sent.broker, sent.partition), []).append(sent.offset)
+    for key, offsets in by_partition.items():
+        offsets.sort()
+        assert offsets[0] == 0, f"{key}: the first message is at {offsets[0]}"
+        assert all(a < b for a, b in zip(offsets, offsets[1:])), f"{key}: offsets repeat"
+
+
+# --- 1-3: first, incremental and empty loads ---------------------------------------------------
+
+
+def test_first_load_copies_every_message_once_with_its_broker_partition_and_offset(spark, broker_factory,
+                                                                                    tmp_path):
+    b1 = broker_factory("b1", num_partitions=4, brokerid=1)
+    b2 = broker_factory("b2", num_partitions=4, brokerid=2)
+    brokers = broker_list(b1, b2)
+    sent = produce(brokers, "first", 2000)
+    assert len({(s.broker, s.partition) for s in sent}) >= 6, "the keys should spread over most partitions"
+    output = tmp_path / "out"
+
+    summary = load(spark, output, brokers, ["first"])
+
+    rows = assert_exactly_once(output, sent)
+    check_partition_offsets(rows)
+    assert {load_id for _, load_id in rows} == {summary["load_id"]}
+    assert load_dirs(output) == {("first", summary["load_id"])}
+    assert summary["messages"] == 2000
+    assert summary["bytes"] == sum(len(s.payload) for s in sent)
+    assert summary["gaps"] == []
+    ends = {(broker_id, p): end for broker_id, broker in ((1, b1), (2, b2))
+            for p, end in enumerate(log_ends(broker.port, "first", 4))}
+    partitions = {(p["broker"], p["partition"]): p for p in summary["partitions"]}
+    assert set(partitions) == set(ends)
+    for (broker_id, p), end in ends.items():
+        mine = [s for s in sent if (s.broker, s.partition) == (broker_id, p)]
+        assert partitions[broker_id, p] == {
+            "topic": "first", "broker": broker_id, "partition": p, "start": 0, "end": end, "log_end": end,
+            "messages": len(mine), "bytes": sum(len(s.payload) for s in mine)}
+    state = read_state(output)
+    assert state["offsets"] == {f"first/{b}-{p}": end for (b, p), end in ends.items()}
+    assert state["moving"] is None
+    assert saved_summaries(output) == {summary["load_id"]: summary}
+    assert staged(output) == []
+
+
+def test_incremental_load_reads_only_the_new_messages_into_a_second_load_directory(spark, broker_factory,
+                                                                                    tmp_path):
+    broker = broker_factory("b1", num_partitions=3, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    first = produce(brokers, "incr", 600)
+    summary1 = load(spark, output, brokers, ["incr"])
+    state1 = read_state(output)
+    second = produce(brokers, "incr", 900, first=600)
+
+    summary2 = load(spark, output, brokers, ["incr"])
+
+    assert summary2["load_id"] != summary1["load_id"]
+    assert summary2["messages"] == 900
+    assert summary2["bytes"] == sum(len(s.payload) for s in second)
+    for part in summary2["partitions"]:
+        assert part["start"] == state1["offsets"][f"incr/1-{part['partition']}"]
+    rows = assert_exactly_once(output, first + second)
+    check_partition_offsets(rows)
+    by_load = {load_id: {sent for sent, row_load in rows if row_load == load_id} for load_id in
+               (summary1["load_id"], summary2["load_id"])}
+    assert by_load[summary1["load_id"]] == set(first)
+    assert by_load[summary2["load_id"]] == set(second)
+    assert load_dirs(output) == {("incr", summary1["load_id"]), ("incr", summary2["load_id"])}
+    ends = log_ends(broker.port, "incr", 3)
+    assert read_state(output)["offsets"] == {f"incr/1-{p}": end for p, end in enumerate(ends)}
+
+
+def test_a_load_with_nothing_new_loads_nothing_and_leaves_the_offsets(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    sent = produce(brokers, "quiet", 200)
+    summary1 = load(spark, output, brokers, ["quiet"])
+    state1 = read_state(output)
+
+    summary2 = load(spark, output, brokers, ["quiet"])
+
+    assert summary2["messages"] == 0 and summary2["bytes"] == 0 and summary2["gaps"] == []
+    assert all(p["start"] == p["end"] == p["log_end"] and p["messages"] == 0 for p in summary2["partitions"])
+    assert load_dirs(output) == {("quiet", summary1["load_id"])}
+    state2 = read_state(output)
+    assert state2["offsets"] == state1["offsets"]
+    assert state2["moving"] is None
+    assert staged(output) == []
+    assert_exactly_once(output, sent)
+
+
+# --- 4: killed mid-way, then run again: exactly once ---------------------------------------
+
+
+@pytest.mark.slow
+def test_crash_after_write_commits_nothing_and_the_rerun_loads_everything_once(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=3, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    first = produce(brokers, "crashw", 300)
+    summary1 = load(spark, output, brokers, ["crashw"])
+    state1 = read_state(output)
+    second = produce(brokers, "crashw", 600, first=300)
+
+    crashed = run_cli("--broker-list", brokers, "--topic", "crashw", "--output", output,
+                      env=cli_env(**{CRASH_ENV: "after_write"}))
+
+    assert crashed.returncode == 17, crashed.stderr[-3000:]
+    assert "crashing at after_write" in crashed.stderr
+    assert staged(output), "the crashed load had written its files (to the staging area)"
+    assert_exactly_once(output, first)  # nothing of the crashed load is visible
+    assert read_state(output) == state1
+    assert load_dirs(output) == {("crashw", summary1["load_id"])}
+
+    summary3 = load(spark, output, brokers, ["crashw"])
+
+    assert summary3["messages"] == 600
+    rows = assert_exactly_once(output, first + second)
+    check_partition_offsets(rows)
+    assert {sent for sent, load_id in rows if load_id == summary3["load_id"]} == set(second)
+    assert staged(output) == []
+    ends = log_ends(broker.port, "crashw", 3)
+    assert read_state(output)["offsets"] == {f"crashw/1-{p}": end for p, end in enumerate(ends)}
+
+
+@pytest.mark.slow
+def test_crash_after_commit_is_finished_by_the_next_load(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=3, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    sent = produce(brokers, "crashc", 600)
+    ends = log_ends(broker.port, "crashc", 3)
+
+    crashed = run_cli("--broker-list", brokers, "--topic", "crashc", "--output", output,
+                      env=cli_env(**{CRASH_ENV: "after_commit"}))
+
+    assert crashed.returncode == 17, crashed.stderr[-3000:]
+    state = read_state(output)
+    assert state["offsets"] == {f"crashc/1-{p}": end for p, end in enumerate(ends)}, "committed"
+    assert state["moving"] and state["moving"]["moves"]
+    crashed_id = state["moving"]["load_id"]
+    assert staged(output), "the files were still staged"
+    assert read_output(output) == []
+
+    summary = load(spark, output, brokers, ["crashc"])  # nothing new: it only finishes the move
+
+    assert summary["messages"] == 0
+    rows = assert_exactly_once(output, sent)
+    check_partition_offsets(rows)
+    assert {load_id for _, load_id in rows} == {crashed_id}
+    assert load_dirs(output) == {("crashc", crashed_id)}
+    state = read_state(output)
+    assert state["moving"] is None
+    assert state["offsets"] == {f"crashc/1-{p}": end for p, end in enumerate(ends)}
+    assert staged(output) == []
+
+    more = produce(brokers, "crashc", 150, first=600)
+    load(spark, output, brokers, ["crashc"])
+    assert_exactly_once(output, sent + more)
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_a_rerun_loads_everything_exactly_once(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=4, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    seed = int(os.environ.get("SPARK_LOADER_KILL_SEED", random.randrange(1 << 30)))  # to replay a failure
+    rng = random.Random(seed)
+    # A whole CLI load (JVM start included), as the tests before measured it (if any ran).
+    typical = sum(CLI_DURATIONS) / len(CLI_DURATIONS) if CLI_DURATIONS else 20.0
+    # Kill 0 comes at a random moment of a typical load. Most of a short load is the JVM
+    # starting, so kill 1 comes at a random moment of the last seconds, once the plan is
+    # logged, and kill 2 within the last half second, after the first task made the
+    # staging directory: while the tasks write, or during the commit or the moves.
+    plan = [("from the start", rng.uniform(1.0, typical)), ("after the plan", rng.uniform(0.0, 3.5)),
+            ("after the job started", rng.uniform(0.0, 0.5))]
+    sent = []
+    outcomes = []
+    for run, (since, delay) in enumerate(plan):
+        sent += produce(brokers, "killed", 400, first=400 * run)
+        log_path = tmp_path / f"kill-{run}.log"
+        earlier = staging_dirs(output)  # left by the load killed before (this one removes them)
+        summaries = set(saved_summaries(output))
+        process = start_cli("--broker-list", brokers, "--topic", "killed", "--output", output, log_path=log_path)
+        reached = {"from the start": lambda: True,
+                   "after the plan": lambda: "with new data" in log_path.read_text(),
+                   "after the job started": lambda: staging_dirs(output) - earlier}[since]
+        wait_for(lambda: process.poll() is not None or reached(), CLI_TIMEOUT_S, since)
+        try:
+            process.wait(delay)
+        except subprocess.TimeoutExpired:
+            pass
+        finished = process.poll()
+        kill_group(process)
+        log_text = (tmp_path / f"kill-{run}.log").read_text()
+        assert process.returncode in (0, -signal.SIGKILL), (process.returncode, log_text[-3000:])
+        outcomes.append((f"{delay:.2f}s {since}", finished, _phase_reached(output, log_text, earlier, summaries)))
+        # whatever was visible is no more than what was produced, and nothing twice
+        rows = read_output(output)
+        assert set(s for s, _ in rows) <= set(sent)
+        assert len(rows) == len({s for s, _ in rows}), f"duplicates after kill {run} (seed {seed}, {outcomes})"
+
+    summary = load(spark, output, brokers, ["killed"])
+
+    context = f"seed {seed}, (kill, exit code before it, phase reached): {outcomes}"
+    print(context)
+    assert summary["gaps"] == [], context
+    rows = assert_exactly_once(output, sent)
+    check_partition_offsets(rows)
+    state = read_state(output)
+    assert state["moving"] is None, context
+    ends = log_ends(broker.port, "killed", 4)
+    assert state["offsets"] == {f"killed/1-{p}": end for p, end in enumerate(ends)}, context
+    assert staged(output) == []
+
+
+# --- 5: the lock ---------------------------------------------------------------------------
+
+
+def test_a_second_load_exits_4_at_once_while_the_lock_is_held(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    sent = produce(brokers, "locked", 100)
+    holder = LoaderState(str(output))
+    holder.lock()
+    try:
+        result = run_cli("--broker-list", brokers, "--topic", "locked", "--output", output, timeout=60)
+        assert result.returncode == 4, result.stderr[-3000:]
+        assert f"another load is running on {output} (pid {os.getpid()})" in result.stderr
+        assert result.seconds < 5, f"took {result.seconds:.1f}s to see the lock (a Spark session was started?)"
+        with pytest.raises(LoadLockedError):
+            load(spark, output, brokers, ["locked"])
+        assert read_state(output) == {} and read_output(output) == []
+    finally:
+        holder.unlock()
+    summary = load(spark, output, brokers, ["locked"])
+    assert summary["messages"] == 100
+    assert_exactly_once(output, sent)
+
+
+# --- 6: data deleted by retention before it was loaded ---------------------------------------
+
+
+@pytest.mark.slow
+def test_a_gap_left_by_retention_is_reported_and_the_load_goes_on_from_the_earliest_offset(spark, broker_factory,
+                                                                                          tmp_path):
+    # Retention runs when a log is opened (and every log.cleanup.interval.mins, at least a
+    # minute): tiny segments and size retention, then a restart, delete the old segments.
+    broker = broker_factory("b1", num_partitions=2, brokerid=1, log_file_size=1024, log_retention_size=2048)
+    output = tmp_path / "out"
+    first = produce(broker_list(broker), "gap", 40)
+    load(spark, output, broker_list(broker), ["gap"])
+    loaded_to = [read_state(output)["offsets"][f"gap/1-{p}"] for p in range(2)]
+    second = produce(broker_list(broker), "gap", 600, first=40)
+    broker.stop()
+    broker.start()  # another port: the broker list changes, the broker id (and the state key) does not
+    brokers = broker_list(broker)
+    earliest = earliest_offsets(broker.port, "gap", 2)
+    ends = log_ends(broker.port, "gap", 2)
+    assert all(e > loaded for e, loaded in zip(earliest, loaded_to)), (earliest, loaded_to)
+
+    result = run_cli("--broker-list", brokers, "--topic", "gap", "--output", output)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    for p in range(2):
+        assert f"GAP in gap/1-{p}: offsets {loaded_to[p]}..{earliest[p]} were deleted" in result.stderr
+    (summary,) = [s for s in saved_summaries(output).values() if s["gaps"]]
+    assert sorted(summary["gaps"], key=lambda g: g["partition"]) == [
+        {"partition": f"gap/1-{p}", "from": loaded_to[p], "to": earliest[p]} for p in range(2)]
+    assert json.loads(result.stdout) == summary
+    kept = [s for s in second if s.offset >= earliest[s.partition]]
+    assert 0 < len(kept) < len(second)
+    assert summary["messages"] == len(kept)
+    for part in summary["partitions"]:
+        assert (part["start"], part["end"]) == (earliest[part["partition"]], ends[part["partition"]])
+    rows = assert_exactly_once(output, first + kept)
+    assert {s for s, load_id in rows if load_id == summary["load_id"]} == set(kept)
+    assert read_state(output)["offsets"] == {f"gap/1-{p}": ends[p] for p in range(2)}
+
+    # A stored offset past the log end (the log was recreated): read from the earliest offset again.
+    state = read_state(output)
+    state["offsets"]["gap/1-0"] = ends[0] + 1000
+    Path(output, "_mpbroker", "state.json").write_text(json.dumps(state))
+    summary = load(spark, output, brokers, ["gap"])
+    assert summary["gaps"] == [{"partition": "gap/1-0", "from": ends[0] + 1000, "to": earliest[0]}]
+    assert summary["messages"] == sum(1 for s in kept if s.partition == 0)
+    assert read_state(output)["offsets"] == {f"gap/1-{p}": ends[p] for p in range(2)}
+
+
+# --- 7: several topics; --whitelist with ZooKeeper -----------------------------------------
+
+
+def test_several_topics_in_one_load(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    alpha = produce(brokers, "alpha", 300)
+    beta = produce(brokers, "beta", 200)
+    produce(brokers, "gamma", 100)  # not named: not loaded
+
+    summary = load(spark, output, brokers, ["alpha", "beta", "alpha"])  # a topic named twice is loaded once
+
+    assert summary["messages"] == 500
+    rows = assert_exactly_once(output, alpha + beta)
+    check_partition_offsets(rows)
+    assert load_dirs(output) == {("alpha", summary["load_id"]), ("beta", summary["load_id"])}
+    assert sorted(read_state(output)["offsets"]) == ["alpha/1-0", "alpha/1-1", "beta/1-0", "beta/1-1"]
+    assert sorted((p["topic"], p["partition"]) for p in summary["partitions"]) == [
+        ("alpha", 0), ("alpha", 1), ("beta", 0), ("beta", 1)]
+
+
+def test_whitelist_with_zookeeper_loads_every_matching_topic(spark, broker_factory, zk_connect, tmp_path):
+    b1 = broker_factory("b1", num_partitions=2, brokerid=1, enable_zookeeper="true", zk_connect=zk_connect)
+    b2 = broker_factory("b2", num_partitions=3, brokerid=2, enable_zookeeper="true", zk_connect=zk_connect)
+    brokers = broker_list(b1, b2)
+    output = tmp_path / "out"
+    one = produce(brokers, "wl.one", 300)
+    two = produce(brokers, "wl.two", 200)
+    other = produce(brokers, "other", 100)
+    client = wait_for(lambda: _try_start_client(zk_connect), 30, "a ZooKeeper session")
+    try:
+        for topic in ("wl.one", "wl.two", "other"):
+            wait_for(lambda: {p.broker_id for p in read_topic_partitions(client, topic)} == {1, 2}, 20,
+                     f"{topic} registered by both brokers")
+    finally:
+        close_client(client)
+
+    summary = load(spark, output, zookeeper=zk_connect, whitelist=r"wl\..*")
+
+    assert summary["messages"] == 500
+    assert_exactly_once(output, one + two)
+    assert sorted(read_state(output)["offsets"]) == sorted(
+        [f"wl.one/1-{p}" for p in range(2)] + [f"wl.one/2-{p}" for p in range(3)]
+        + [f"wl.two/1-{p}" for p in range(2)] + [f"wl.two/2-{p}" for p in range(3)])
+
+    more = produce(brokers, "wl.two", 50, first=200)
+    summary = load(spark, output, zookeeper=zk_connect, whitelist=r"wl\..*", topics=["other"])
+    assert summary["messages"] == 150
+    assert_exactly_once(output, one + two + more + other)
+
+
+def _try_start_client(zk_connect):
+    try:
+        return start_client(zk_connect, 6000, 5000)
+    except ZooKeeperUnavailable:
+        return None
+
+
+# --- 8: --max-bytes-per-partition ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("codec", ["", "gzip"])
+def test_max_bytes_per_partition_splits_the_data_over_loads_at_message_boundaries(spark, broker_factory, tmp_path,
+                                                                                  codec):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    # gzip: sets of 10 messages, each one compressed wrapper message whose messages share its offset
+    sent = produce(brokers, "capped", 1000, codec=codec, batch=10)
+    ends = log_ends(broker.port, "capped", 2)
+    boundaries = {p: sorted({s.offset for s in sent if s.partition == p} | {ends[p]}) for p in range(2)}
+    largest = max(b - a for p in range(2) for a, b in zip(boundaries[p], boundaries[p][1:]))
+    cap = (max(ends) + 1) // 2 + largest  # two loads are enough; the first stops inside every partition
+    assert cap < min(ends), (cap, ends)
+
+    first = load(spark, output, brokers, ["capped"], max_bytes_per_partition=cap)
+    for part in first["partitions"]:
+        p = part["partition"]
+        assert part["start"] == 0
+        assert part["end"] in boundaries[p], f"{part} does not end at a message boundary"
+        assert part["end"] == max(b for b in boundaries[p] if b <= cap), f"{part}: not the last boundary <= {cap}"
+        assert part["messages"] == sum(1 for s in sent if s.partition == p and s.offset < part["end"])
+    assert read_state(output)["offsets"] == {f"capped/1-{p['partition']}": p["end"] for p in first["partitions"]}
+    assert_exactly_once(output, [s for s in sent if s.offset < first_end(first, s.partition)])
+
+    second = load(spark, output, brokers, ["capped"], max_bytes_per_partition=cap)
+    for part in second["partitions"]:
+        assert part["start"] == first_end(first, part["partition"])
+        assert part["end"] == ends[part["partition"]]
+    assert first["messages"] + second["messages"] == len(sent)
+    rows = assert_exactly_once(output, sent)
+    if not codec:
+        check_partition_offsets(rows)
+    assert load(spark, output, brokers, ["capped"], max_bytes_per_partition=cap)["messages"] == 0
+
+
+def first_end(summary, partition):
+    (part,) = [p for p in summary["partitions"] if p["partition"] == partition]
+    return part["end"]
+
+
+# --- 9: bad arguments, unreachable brokers -------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    [],  # nothing
+    ["--broker-list", "127.0.0.1:1", "--topic", "t"],  # no --output
+    ["--broker-list", "127.0.0.1:1", "--zookeeper", "127.0.0.1:1", "--topic", "t", "--output", "o"],  # both
+    ["--broker-list", "127.0.0.1:1", "--output", "o"],  # no topic, no whitelist
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "--output", "o", "--max-bytes-per-partition", "-1"],
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "--output", "o", "--fetch-size", "0"],
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "--output", "o", "--max-bytes-per-partition", "lots"],
+])
+def test_bad_arguments_exit_2(args, tmp_path):
+    result = run_cli(*[str(tmp_path / "out") if arg == "o" else arg for arg in args], timeout=60)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert result.stderr.strip()
+
+
+@pytest.mark.slow
+def test_a_whitelist_without_zookeeper_a_bad_topic_and_unreachable_servers(tmp_path):
+    """Errors found once the Spark session is up; the four commands run side by side."""
+    port = closed_port()
+    cases = {
+        "whitelist without zookeeper": (["--broker-list", f"{HOST}:{port}", "--whitelist", "a.*"], 2,
+                                        "--whitelist needs --zookeeper"),
+        "bad topic name": (["--broker-list", f"{HOST}:{port}", "--topic", "no/slash"], 2, "no/slash"),
+        "closed broker port": (["--broker-list", f"{HOST}:{port}", "--topic", "t"], 3, f"{HOST}:{port}"),
+        "closed zookeeper port": (["--zookeeper", f"{HOST}:{port}", "--zk-timeout-ms", "1000", "--topic", "t"], 3,
+                                  "ZooKeeper"),
+    }
+    processes = {name: start_cli(*args, "--output", tmp_path / f"out{i}", log_path=tmp_path / f"{i}.log")
+                 for i, (name, (args, _, _)) in enumerate(cases.items())}
+    try:
+        for i, (name, (_, code, text)) in enumerate(cases.items()):
+            processes[name].wait(CLI_TIMEOUT_S)
+            output = (tmp_path / f"{i}.log").read_text()
+            assert processes[name].returncode == code, f"{name}: {output[-3000:]}"
+            assert text in output, f"{name}: {output[-3000:]}"
+            assert "Traceback" not in output, f"{name}: {output[-3000:]}"
+    finally:
+        for process in processes.values():
+            if process.poll() is None:
+                kill_group(process)
+    for i in range(len(cases)):
+        assert read_output(tmp_path / f"out{i}") == [] and read_state(tmp_path / f"out{i}") == {}
