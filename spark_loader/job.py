@@ -89,6 +89,7 @@ def run_load(spark, options: LoadOptions) -> dict:
         for part in ranges:
             offsets[part.key] = stats[part.key].next_offset if part.key in stats else part.start
         moves = _moves(state, load_id, load_date, [name for _, name in results.values() if name])
+        state.sync_dirs({os.path.dirname(source) for source, _ in moves})  # the staged names survive a power cut
         state.write({"offsets": offsets, "last_load": load_id,
                      "moving": {"load_id": load_id, "moves": moves} if moves else None})
         _crash_point("after_commit")

@@ -113,6 +113,11 @@ class LoaderState:
             os.rename(source, target)
             _fsync_dir(os.path.dirname(target))
 
+    @staticmethod
+    def sync_dirs(directories) -> None:
+        for directory in sorted(directories):
+            _fsync_dir(directory)
+
     def write_summary(self, load_id: str, summary: dict) -> str:
         os.makedirs(self.loads_dir, exist_ok=True)
         path = os.path.join(self.loads_dir, f"{load_id}.json")

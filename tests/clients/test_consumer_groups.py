@@ -329,17 +329,22 @@ def test_a_whitelist_picks_up_topics_created_later(cluster):
 
 
 def test_a_killed_member_hands_its_partitions_over_after_its_session_times_out(cluster, tmp_path):
-    sent = cluster.produce("kill", [f"k{i}".encode() for i in range(3000)])
+    sent = cluster.produce("kill", [f"warm{i}".encode() for i in range(100)])
     cluster.wait_registered("kill", 8)
     outputs = [tmp_path / "a.out", tmp_path / "b.out"]
-    members = [subprocess.Popen([sys.executable, "-m", "tests.clients.group_member", cluster.zk_connect, "killgroup",
-                                 "kill", str(path), "1000"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-               for path in outputs]
+    members = []
+    for path in outputs:
+        with open(f"{path}.log", "w") as log:
+            members.append(subprocess.Popen([sys.executable, "-m", "tests.clients.group_member", cluster.zk_connect,
+                                             "killgroup", "kill", str(path), "1000"], stdout=log,
+                                            stderr=subprocess.STDOUT))
     try:
         wait_for(lambda: len(cluster.owners("killgroup", "kill")) == 8 and
-                 len({v.rsplit("-", 1)[0] for v in cluster.owners("killgroup", "kill").values()}) == 2, 20,
+                 len({v.rsplit("-", 1)[0] for v in cluster.owners("killgroup", "kill").values()}) == 2, 30,
                  what="two members owning 4 partitions each")
-        wait_for(lambda: outputs[0].exists() and outputs[0].stat().st_size > 0, 10, what="member a consuming")
+        # Produced once both own partitions: member a has work of its own when it is killed.
+        sent += cluster.produce("kill", [f"k{i}".encode() for i in range(3000)])
+        wait_for(lambda: outputs[0].exists() and outputs[0].stat().st_size > 0, 30, what="member a consuming")
         members[0].send_signal(signal.SIGKILL)
         members[0].wait(10)
         wait_for(lambda: len(cluster.owners("killgroup", "kill")) == 8 and
