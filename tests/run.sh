@@ -12,6 +12,14 @@ if [ ! -e /usr/share/java/zookeeper.jar ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
 fi
 
+# systemd-analyze checks ops/mpbroker.service.
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends systemd >/dev/null
+fi
+
 VENV=${MPBROKER_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
