@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 
-from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.exceptions import NoNodeError
 
 from clients.brokers import parse_broker_list
 from clients.consumer import SimpleConsumer
@@ -53,8 +53,7 @@ from clients.topic_filter import Blacklist, Whitelist
 from clients.zk_consumer import ConsumerConnector
 from mpbroker.errors import InvalidTopicError, MPBrokerError, OffsetOutOfRangeError
 from mpbroker.registry import layout
-from mpbroker.registry.broker_registration import TRANSIENT
-from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
+from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable, close_client, start_client
 from mpbroker.segments.naming import check_topic
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -285,7 +284,7 @@ def _group_main(args, out) -> int:
         except ZooKeeperUnavailable as exc:
             print(f"{PROG}: ZooKeeper unreachable: {exc}", file=sys.stderr)
             return EXIT_UNREACHABLE
-        except (KazooException, *TRANSIENT) as exc:
+        except ZK_ERRORS as exc:
             print(f"{PROG}: ZooKeeper failed: {exc!r}", file=sys.stderr)
             return EXIT_UNREACHABLE
         try:
@@ -296,7 +295,7 @@ def _group_main(args, out) -> int:
             else:
                 (stream,) = connector.create_message_streams({args.topic: 1})[args.topic]
             return _consume_group(stream, args, out, stop)
-        except (KazooException, *TRANSIENT) as exc:
+        except ZK_ERRORS as exc:
             print(f"{PROG}: ZooKeeper failed: {exc!r}", file=sys.stderr)
             return EXIT_UNREACHABLE
         except MPBrokerError as exc:
@@ -395,7 +394,7 @@ def _remove_group(zk_connect: str, group: str, timeout_ms: int) -> None:
         client.delete(layout.group_path(group), recursive=True)
     except NoNodeError:
         pass
-    except (KazooException, *TRANSIENT) as exc:
+    except ZK_ERRORS as exc:
         log.warning("could not remove group %s: %r", group, exc)
     finally:
         close_client(client)

@@ -6,12 +6,14 @@ for ``backoff.increment.ms`` (100 ms rather than 1 s between fetches that found
 nothing, for real-time consumers) and ``fetch.size`` (1 MiB, PROTOCOL.md).
 """
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
-from clients.settings import _int, _merge
+from clients.settings import _int, build_settings
 from mpbroker.registry.layout import check_consumer_id, check_group
 
 OFFSET_RESETS = ("smallest", "largest")
+# 0.7 spells these without dots; the keyword group_id arrives as group.id
+_ALIASES = {"groupid": "group_id", "consumerid": "consumer_id", "group.id": "group_id"}
 
 
 @dataclass
@@ -35,20 +37,7 @@ class ConsumerSettings:
 
     @classmethod
     def from_properties(cls, properties=None, **overrides) -> "ConsumerSettings":
-        names = {f.name for f in fields(cls)}
-        aliases = {"groupid": "group_id", "consumerid": "consumer_id"}
-        values = {}
-        for key, value in _merge(properties, overrides).items():
-            name = aliases.get(key, key.replace(".", "_"))
-            if key == "group.id":
-                name = "group_id"
-            if name not in names:
-                known = ", ".join(sorted(n.replace("_", ".") for n in names))
-                raise ValueError(f"unknown consumer setting {key!r}; known: {known}")
-            values[name] = value
-        settings = cls(**values)
-        settings._check()
-        return settings
+        return build_settings(cls, "consumer", _ALIASES, properties, overrides)
 
     def _check(self) -> None:
         if not self.group_id:

@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 
-from clients.consumer import EARLIEST_TIME, LATEST_TIME, SimpleConsumer
+from clients.consumer import SimpleConsumer
 from clients.errors import BrokerUnavailableError, ClientError
 from mpbroker.errors import ErrorCode, MPBrokerError
 
@@ -105,9 +105,9 @@ class BrokerFetcher(threading.Thread):
     def _reset(self, info, why: str) -> None:
         """Start ``info`` at the smallest or largest offset (``autooffset.reset``); the
         new offset is committed with the next commit, so a restart does not reset again."""
+        consumer = self._consumer
         smallest = self.settings.autooffset_reset == "smallest"
-        offset = self._consumer.get_offsets_before(info.topic, info.partition.partition,
-                                                   EARLIEST_TIME if smallest else LATEST_TIME, 1)[0]
+        offset = (consumer.earliest_offset if smallest else consumer.latest_offset)(info.topic, info.partition.partition)
         level = logging.INFO if info.fetch_offset < 0 else logging.WARNING
         log.log(level, "%s-%s %s; starting at the %s offset %d (autooffset.reset)", info.topic,
                 info.partition.node(), why, self.settings.autooffset_reset, offset)

@@ -21,17 +21,15 @@ A topic's and the group's ``lag`` add up the lags that are known; ``lag_complete
 says whether every partition's is. Why a value is missing is said in ``notes``.
 """
 
-import warnings
 
 from kazoo.exceptions import NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from clients.consumer import SimpleConsumer
 from clients.errors import BrokerError, BrokerUnavailableError
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.errors import InvalidTopicError, MPBrokerError
 from mpbroker.registry import layout
-from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, make_client
+from mpbroker.registry.zk_client import close_client, start_client
 
 ZK_TIMEOUT_MS = 6000  # how long to wait for a ZooKeeper server to answer (0.7's zk.connectiontimeout.ms)
 BROKER_TIMEOUT_MS = 3000  # connect and answer timeout for each broker's OFFSETS requests
@@ -45,15 +43,7 @@ class GroupNotFound(LookupError):
 def connect(zk_connect: str, timeout_ms: int = ZK_TIMEOUT_MS):
     """A started kazoo client for reading (the chroot is not created), or
     ZooKeeperUnavailable after ``timeout_ms``."""
-    client = make_client(zk_connect, SESSION_TIMEOUT_MS)
-    try:
-        with warnings.catch_warnings():  # a chroot that does not exist just holds no groups
-            warnings.filterwarnings("ignore", "No chroot path exists")
-            client.start(timeout_ms / 1000)
-    except KazooTimeoutError:
-        close_client(client)
-        raise ZooKeeperUnavailable(f"no ZooKeeper answered at {zk_connect} within {timeout_ms / 1000:g}s") from None
-    return client
+    return start_client(zk_connect, SESSION_TIMEOUT_MS, timeout_ms, create_chroot=False)
 
 
 def list_groups(zk_connect: str, *, zk_timeout_ms: int = ZK_TIMEOUT_MS) -> list:

@@ -20,7 +20,6 @@ import json
 import logging
 import sys
 
-from kazoo.exceptions import KazooException
 
 from clients.group_report import (
     BROKER_TIMEOUT_MS,
@@ -30,8 +29,7 @@ from clients.group_report import (
     summarize_groups,
 )
 from mpbroker.registry import layout
-from mpbroker.registry.broker_registration import TRANSIENT
-from mpbroker.registry.zk_client import ZooKeeperUnavailable
+from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PROG = "mpbroker-groups"
@@ -134,7 +132,7 @@ def main(argv=None) -> int:
     except ZooKeeperUnavailable as exc:
         print(f"{PROG}: ZooKeeper unreachable: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except (KazooException, *TRANSIENT) as exc:
+    except ZK_ERRORS as exc:
         print(f"{PROG}: lost ZooKeeper at {args.zookeeper} while reading: {exc!r}", file=sys.stderr)
         return EXIT_UNREACHABLE
     try:

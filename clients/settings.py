@@ -29,6 +29,23 @@ def _merge(properties, overrides) -> dict:
     return merged
 
 
+def build_settings(cls, kind: str, aliases: dict, properties, overrides):
+    """A ``cls`` dataclass from properties and keyword overrides: each key is looked up
+    in ``aliases`` (0.7's odd spellings), else taken with ``.`` as ``_``; an unknown key
+    is refused with the known ones; ``cls._check`` types and checks the values."""
+    names = {f.name for f in fields(cls)}
+    values = {}
+    for key, value in _merge(properties, overrides).items():
+        name = aliases.get(key, key.replace(".", "_"))
+        if name not in names:
+            known = ", ".join(sorted(n.replace("_", ".") for n in names))
+            raise ValueError(f"unknown {kind} setting {key!r}; known: {known}")
+        values[name] = value
+    settings = cls(**values)
+    settings._check()
+    return settings
+
+
 @dataclass
 class ProducerSettings:
     broker_list: str = ""  # broker.list: id:host:port,... (or host:port,...)
@@ -54,17 +71,7 @@ class ProducerSettings:
 
     @classmethod
     def from_properties(cls, properties=None, **overrides) -> "ProducerSettings":
-        names = {f.name for f in fields(cls)}
-        values = {}
-        for key, value in _merge(properties, overrides).items():
-            name = _ALIASES.get(key, key.replace(".", "_"))
-            if name not in names:
-                known = ", ".join(sorted(n.replace("_", ".") for n in names))
-                raise ValueError(f"unknown producer setting {key!r}; known: {known}")
-            values[name] = value
-        settings = cls(**values)
-        settings._check()
-        return settings
+        return build_settings(cls, "producer", _ALIASES, properties, overrides)
 
     def _check(self) -> None:
         if self.producer_type not in ("sync", "async"):

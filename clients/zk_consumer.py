@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
 from clients.consumer_settings import ConsumerSettings
@@ -42,13 +42,11 @@ from clients.rebalance import assign_range
 from clients.topic_filter import TopicFilter
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.registry import layout
-from mpbroker.registry.broker_registration import TRANSIENT
-from mpbroker.registry.zk_client import close_client, start_client
+from mpbroker.registry.zk_client import ZK_ERRORS, close_client, start_client
 from mpbroker.segments.naming import check_topic
 
 log = logging.getLogger(__name__)
 
-ZK_ERRORS = (KazooException, *TRANSIENT)
 FETCHER_JOIN_S = 2.0
 MIN_BACKOFF_S = 0.02
 
@@ -115,6 +113,9 @@ class ConsumerConnector:
     def _new_stream(self) -> MessageStream:
         return MessageStream(self.settings.queuedchunks_max, self.settings.consumer_timeout_ms)
 
+    def _streams(self) -> list:
+        return [*self._filter_streams, *(s for streams in self._topic_streams.values() for s in streams)]
+
     def _check_fresh(self) -> None:
         if self._closed.is_set():
             raise RuntimeError("the connector was shut down")
@@ -171,7 +172,7 @@ class ConsumerConnector:
             else:
                 log.warning("ZooKeeper is away at shutdown: offsets since the last commit are not stored")
             close_client(self._client)
-            for stream in [*self._filter_streams, *(s for streams in self._topic_streams.values() for s in streams)]:
+            for stream in self._streams():
                 stream.end()
         log.info("consumer %s shut down", self.consumer_id)
 
@@ -359,7 +360,7 @@ class ConsumerConnector:
             fetcher.stop()
         for info in self._owned.values():
             info.released = True
-        for stream in [*self._filter_streams, *(s for streams in self._topic_streams.values() for s in streams)]:
+        for stream in self._streams():
             stream.clear()
         for fetcher in self._fetchers:
             fetcher.join(FETCHER_JOIN_S)

@@ -473,12 +473,7 @@ class Supervisor:
 
     def _advance_stop(self, now: float) -> None:
         if self.phase == STOPPING_ACCEPTOR:
-            front = [child for child in (self.acceptor, self.registrar) if child and child.alive]
-            for child in front:
-                if now > child.stop_deadline:
-                    log.warning("%s did not stop in time; killing it", child.name)
-                    self._kill(child, signal.SIGKILL)
-            if front:
+            if self._kill_overdue([child for child in (self.acceptor, self.registrar) if child], now):
                 return
             if all(worker.generation == 0 for worker in self.workers):  # stopped before the logs opened
                 if self.clean:
@@ -491,12 +486,7 @@ class Supervisor:
                     child.channel.send("stop")
                     child.stop_deadline = now + WORKER_STOP_TIMEOUT_S
         if self.phase == STOPPING_WORKERS:
-            alive = [child for child in self.workers if child.alive]
-            for child in alive:
-                if now > child.stop_deadline:
-                    log.warning("%s did not stop in time; killing it", child.name)
-                    self._kill(child, signal.SIGKILL)
-            if alive:
+            if self._kill_overdue(self.workers, now):
                 return
             clean = not self.fast and all(child.last_exit == 0 for child in self.workers)
             if clean:
@@ -505,6 +495,15 @@ class Supervisor:
             else:
                 log.warning("not every worker stopped cleanly; the next start recovers the logs")
             self.phase = STOPPED
+
+    def _kill_overdue(self, children, now: float) -> bool:
+        """SIGKILL the stopping children past their deadline; True while any is alive."""
+        alive = [child for child in children if child.alive]
+        for child in alive:
+            if now > child.stop_deadline:
+                log.warning("%s did not stop in time; killing it", child.name)
+                self._kill(child, signal.SIGKILL)
+        return bool(alive)
 
     def _stop_fast(self, why: str) -> None:
         log.info("fast stop (%s)", why)

@@ -21,6 +21,8 @@ import json
 import os
 import shutil
 
+from mpbroker.durability import sync_directory
+
 STATE_DIR = "_mpbroker"
 
 
@@ -81,7 +83,7 @@ class LoaderState:
             f.flush()
             os.fsync(f.fileno())
         os.rename(temporary, self.path)
-        _fsync_dir(self.dir)
+        sync_directory(self.dir)
 
     def staging(self, load_id: str) -> str:
         return os.path.join(self.staging_root, load_id)
@@ -111,12 +113,12 @@ class LoaderState:
                 continue
             os.makedirs(os.path.dirname(target), exist_ok=True)
             os.rename(source, target)
-            _fsync_dir(os.path.dirname(target))
+            sync_directory(os.path.dirname(target))
 
     @staticmethod
     def sync_dirs(directories) -> None:
         for directory in sorted(directories):
-            _fsync_dir(directory)
+            sync_directory(directory)
 
     def write_summary(self, load_id: str, summary: dict) -> str:
         os.makedirs(self.loads_dir, exist_ok=True)
@@ -125,10 +127,3 @@ class LoaderState:
             json.dump(summary, f, indent=1, sort_keys=True)
         return path
 
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -14,14 +14,12 @@ server that goes away mid-call costs the caller a ConnectionLoss, not a hang.
 import logging
 import time
 
-from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError, OperationTimeoutError
-from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, NoNodeError
 
 from mpbroker.registry import layout
 
 log = logging.getLogger(__name__)
 
-TRANSIENT = (ConnectionLoss, OperationTimeoutError, KazooTimeoutError)
 
 
 class BrokerIdConflict(Exception):

@@ -25,13 +25,13 @@ import logging
 import select
 import time
 
-from kazoo.exceptions import KazooException
 from kazoo.protocol.states import KazooState
 
 from mpbroker.process import install_child_signals, term_requested
 from mpbroker.registry import EXIT_ID_CONFLICT, layout
-from mpbroker.registry.broker_registration import TRANSIENT, BrokerIdConflict, BrokerRegistration
-from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, ensure_chroot, make_client
+from mpbroker.registry.broker_registration import BrokerIdConflict, BrokerRegistration
+from mpbroker.registry.zk_client import (TRANSIENT, ZK_ERRORS, ZooKeeperUnavailable, close_client, ensure_chroot,
+                                         make_client)
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,7 @@ class Registrar:
                 self._register()
         except (ZooKeeperUnavailable, *TRANSIENT) as exc:
             self._report_unreachable(exc)
-        except KazooException as exc:
+        except ZK_ERRORS as exc:  # the other ZooKeeper errors
             self._warn(f"ZooKeeper call failed: {exc!r}; retrying")
         self._report()
 
@@ -190,7 +190,7 @@ class Registrar:
         if self.registration is not None and self.client is not None and self.client.connected:
             try:
                 self.registration.deregister()
-            except (KazooException, *TRANSIENT) as exc:
+            except ZK_ERRORS as exc:
                 log.warning("could not delete the registrations (%s); they go with the session", exc)
 
     def _close(self) -> None:

@@ -7,14 +7,21 @@ down must not stop its user); operations raise ConnectionLoss while it is away.
 """
 
 import logging
+import warnings
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss, KazooException, OperationTimeoutError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry
 
 from mpbroker.registry.layout import split_zk_connect
 
 log = logging.getLogger(__name__)
+
+# A call that may well work when tried again (ZooKeeper away, or slow to answer).
+TRANSIENT = (ConnectionLoss, OperationTimeoutError, KazooTimeoutError)
+# Anything a ZooKeeper call can raise.
+ZK_ERRORS = (KazooException, KazooTimeoutError)
 
 
 class ZooKeeperUnavailable(Exception):
@@ -46,13 +53,18 @@ def ensure_chroot(zk_connect: str, timeout_s: float) -> None:
         client.close()
 
 
-def start_client(zk_connect: str, session_timeout_ms: int, connection_timeout_ms: int) -> KazooClient:
-    """A started client (chroot created), or ZooKeeperUnavailable after the timeout."""
+def start_client(zk_connect: str, session_timeout_ms: int, connection_timeout_ms: int, *,
+                 create_chroot: bool = True) -> KazooClient:
+    """A started client, or ZooKeeperUnavailable after the timeout. The chroot is
+    created unless ``create_chroot`` is false (a reader: a missing chroot is empty)."""
     timeout_s = connection_timeout_ms / 1000
-    ensure_chroot(zk_connect, timeout_s)
+    if create_chroot:
+        ensure_chroot(zk_connect, timeout_s)
     client = make_client(zk_connect, session_timeout_ms)
     try:
-        client.start(timeout_s)
+        with warnings.catch_warnings():  # kazoo warns of a missing chroot; see create_chroot
+            warnings.filterwarnings("ignore", "No chroot path exists")
+            client.start(timeout_s)
     except KazooTimeoutError:
         client.stop()
         client.close()

@@ -7,15 +7,9 @@ partition's last segment is scanned and its torn tail truncated.
 
 import os
 
+from mpbroker.durability import sync_directory
+
 MARKER_NAME = ".kafka_cleanshutdown"
-
-
-def _sync_directory(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_marker(log_dir: str) -> None:
@@ -26,7 +20,7 @@ def write_marker(log_dir: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _sync_directory(log_dir)
+    sync_directory(log_dir)
 
 
 def take_marker(log_dir: str) -> bool:
@@ -36,5 +30,5 @@ def take_marker(log_dir: str) -> bool:
         os.unlink(path)
     except FileNotFoundError:
         return False
-    _sync_directory(log_dir)
+    sync_directory(log_dir)
     return True

@@ -17,6 +17,7 @@ import os
 import time
 from typing import NamedTuple
 
+from mpbroker.durability import sync_directory
 from mpbroker.errors import StorageError
 from mpbroker.segments import retention
 from mpbroker.segments.log_config import LogConfig
@@ -277,8 +278,4 @@ def sync_pending(pending: PendingFlush) -> None:
     for segment in pending.segments:
         os.fdatasync(segment.fd)
     if pending.directory is not None:
-        fd = os.open(pending.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        sync_directory(pending.directory)
