@@ -191,6 +191,10 @@ KEYS = (
     Key("control.socket", "str", "", f"path of the control unix socket; empty means <log.dir>/{CONTROL_SOCKET_NAME}"),
     Key("log.level", "str", "INFO", "logging level: DEBUG, INFO, WARNING or ERROR",
         choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    Key("metrics.enable", "bool", "false", "serve Prometheus metrics over HTTP at metrics.host:metrics.port"),
+    Key("metrics.host", "str", "", "host the metrics endpoint binds to; empty means all interfaces"),
+    Key("metrics.port", "int", "9099", "TCP port of the metrics endpoint; 0 picks a free port", minimum=0,
+        maximum=65535),
 )
 
 KEYS_BY_NAME = {key.name: key for key in KEYS}
@@ -367,6 +371,9 @@ class BrokerConfig:
     worker_heartbeat_timeout_ms: int
     control_socket: str
     log_level: str
+    metrics_enable: bool
+    metrics_host: str
+    metrics_port: int
 
     def __post_init__(self):
         for key in KEYS:
@@ -442,17 +449,22 @@ def load_config(path: str, overrides: list[str] = ()) -> tuple[BrokerConfig, lis
     return config_from_properties(props)
 
 
-def control_socket_from_file(path: str, overrides=()) -> str:
-    """The control socket a configuration file points at, reading only ``control.socket``
-    and ``log.dir``: ``mpbroker-ctl`` must reach a broker even when other keys of the
-    file are broken (for instance to see a failed reload's error)."""
+def value_from_file(path: str, key: str, overrides=()) -> str:
+    """One key's raw value (stripped; its default if unset) from a configuration file,
+    without validating the others: ``mpbroker-ctl`` must work even when other keys of
+    the file are broken (for instance to see a failed reload's error)."""
     props = _read_properties_file(path)
     props.update(_parse_overrides(overrides))
-    explicit = props.get("control.socket", "").strip()
+    return props.get(key, KEYS_BY_NAME[key].default_text() or "").strip()
+
+
+def control_socket_from_file(path: str, overrides=()) -> str:
+    """The control socket a configuration file points at (``control.socket``, else
+    ``log.dir``'s default socket)."""
+    explicit = value_from_file(path, "control.socket", overrides)
     if explicit:
         return explicit
-    log_dir = props.get("log.dir", KEYS_BY_NAME["log.dir"].default).strip()
-    return os.path.join(log_dir, CONTROL_SOCKET_NAME)
+    return os.path.join(value_from_file(path, "log.dir", overrides), CONTROL_SOCKET_NAME)
 
 
 def render_properties() -> str:

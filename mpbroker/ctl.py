@@ -3,9 +3,15 @@
     mpbroker-ctl -c CONFIG status [--json]
     mpbroker-ctl -c CONFIG shutdown [--timeout S]
     mpbroker-ctl -c CONFIG reload
+    mpbroker-ctl -c CONFIG groups [--group G] [--json]
+
+``groups`` reads the consumer groups from the ZooKeeper of the configuration's
+``zk.connect`` (it does not need the broker running) and prints what
+``mpbroker-groups`` prints: the groups, or one group's owners, offsets and lag.
 
 Exit codes: 0 done; 1 the broker refused or failed the command (or did not stop in
-time); 2 bad arguments or configuration; 3 no broker answers on the socket.
+time; for ``groups``: no such group); 2 bad arguments or configuration; 3 no broker
+answers on the socket (for ``groups``: no ZooKeeper server answered).
 """
 
 import argparse
@@ -15,7 +21,7 @@ import socket
 import sys
 import time
 
-from mpbroker.config import ConfigError, control_socket_from_file
+from mpbroker.config import ConfigError, control_socket_from_file, value_from_file
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 
@@ -64,10 +70,11 @@ def format_status(status: dict) -> str:
     acceptor = status["acceptor"]
     processes.append(["acceptor", acceptor["pid"] or "-", acceptor["state"], acceptor["restarts"],
                       acceptor["uptime_s"], "-"])
+    for role in ("registrar", "metrics"):
+        child = status.get(role)
+        if child:
+            processes.append([role, child["pid"] or "-", child["state"], child["restarts"], child["uptime_s"], "-"])
     registrar = status.get("registrar")
-    if registrar:
-        processes.append(["registrar", registrar["pid"] or "-", registrar["state"], registrar["restarts"],
-                          registrar["uptime_s"], "-"])
     out.append(_table(["process", "pid", "state", "restarts", "uptime_s", "partitions"], processes))
     out.append("")
     zookeeper = status.get("zookeeper")
@@ -78,6 +85,10 @@ def format_status(status: dict) -> str:
                        f"{zookeeper['topics']} topics")
         else:
             out.append("zookeeper: no report from the registrar yet")
+        out.append("")
+    metrics = status.get("metrics")
+    if metrics:
+        out.append(f"metrics: http://{metrics['host'] or '0.0.0.0'}:{metrics['port']}/metrics")
         out.append("")
     if status["partitions"]:
         out.append(_table(
@@ -104,6 +115,22 @@ def _wait_for_exit(pid: int, path: str, timeout: float) -> bool:
     return False
 
 
+def _groups(args) -> int:
+    from clients import groups_tool  # kazoo: only for this command
+
+    try:
+        zk_connect = value_from_file(args.config, "zk.connect", args.override)
+    except ConfigError as exc:
+        print(f"mpbroker-ctl: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not zk_connect:
+        print(f"mpbroker-ctl: zk.connect is empty in {args.config}: consumer groups live in ZooKeeper, "
+              "and this broker does not use one", file=sys.stderr)
+        return EXIT_USAGE
+    return groups_tool.main(["--zookeeper", zk_connect] + (["--group", args.group] if args.group else [])
+                            + (["--json"] if args.json else []))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="mpbroker-ctl", description="control a running mpbroker")
     parser.add_argument("-c", "--config", required=True, help="the broker's configuration file")
@@ -114,7 +141,12 @@ def main(argv=None) -> int:
     shutdown_parser = commands.add_parser("shutdown", help="stop gracefully and wait until the broker exited")
     shutdown_parser.add_argument("--timeout", type=float, default=180.0, help="seconds to wait (default 180)")
     commands.add_parser("reload", help="re-read the configuration file (like SIGHUP)")
+    groups_parser = commands.add_parser("groups", help="consumer groups and their lag (from zk.connect)")
+    groups_parser.add_argument("--group", help="describe this group (members, owners, offsets, lag)")
+    groups_parser.add_argument("--json", action="store_true", help="machine-readable output")
     args = parser.parse_args(argv)
+    if args.command == "groups":
+        return _groups(args)
     try:
         path = control_socket_from_file(args.config, args.override)
     except ConfigError as exc:

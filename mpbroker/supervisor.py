@@ -36,7 +36,8 @@ from mpbroker.acceptor.acceptor import Acceptor
 from mpbroker.config import ConfigError, load_config
 from mpbroker.control_server import ControlServer
 from mpbroker.ipc.control import ControlChannel
-from mpbroker.ipc.partition_table import PartitionTable, TornEntryError
+from mpbroker.ipc.counters import CounterTable
+from mpbroker.ipc.partition_table import PartitionTable, published_partitions
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState, SlotTable
 from mpbroker.logging_setup import configure_logging, set_level, set_role
@@ -65,8 +66,10 @@ RELOADABLE = {
     "worker.heartbeat.timeout.ms", "max.connections",
 }
 
-SHORT_ROLES = {"acceptor": "acc", "registrar": "zk"}
+SHORT_ROLES = {"acceptor": "acc", "registrar": "zk", "metrics": "metrics"}
 REGISTRAR_STOP_TIMEOUT_S = 10.0
+METRICS_STOP_TIMEOUT_S = 5.0
+SD_LISTEN_FDS_START = 3  # the first socket systemd passes (socket activation)
 
 RUNNING, STOPPING_ACCEPTOR, STOPPING_WORKERS, STOPPED = "running", "stopping acceptor", "stopping workers", "stopped"
 
@@ -76,8 +79,8 @@ class StartupError(Exception):
 
 
 class Child:
-    """One process slot: a worker (slot 0..N-1), the acceptor (slot N) or, with
-    ZooKeeper, the registrar (slot N+1)."""
+    """One process slot: a worker (slot 0..N-1), the acceptor (slot N), with ZooKeeper
+    the registrar (slot N+1), with metrics.enable the metrics exporter (slot N+2)."""
 
     def __init__(self, slot: int, role: str):
         self.slot = slot
@@ -141,14 +144,17 @@ class Supervisor:
         self.request_rings = [Ring(config.ring_buffer_bytes) for _ in range(workers)]
         self.answer_rings = [Ring(max(1 << 20, config.ring_buffer_bytes // 4)) for _ in range(workers)]
         self.tables = [PartitionTable(PARTITIONS_PER_WORKER) for _ in range(workers)]
-        self.slots = SlotTable(workers + 2)
+        self.slots = SlotTable(workers + 3)
+        self.counters = CounterTable(workers + 3)
         self.workers = [Child(slot, "worker") for slot in range(workers)]
         self.acceptor = Child(workers, "acceptor")
         self.registrar = Child(workers + 1, "registrar") if config.enable_zookeeper else None
-        self.children = [*self.workers, self.acceptor] + ([self.registrar] if self.registrar else [])
+        self.metrics = Child(workers + 2, "metrics") if config.metrics_enable else None
+        self.children = [child for child in (*self.workers, self.acceptor, self.registrar, self.metrics) if child]
         self.creator_id = layout.creator_id()  # the same for every registrar this supervisor starts
         self.listener = self._listen()
         self.listen_port = self.listener.getsockname()[1]
+        self.metrics_listener = self._listen_for_metrics() if self.metrics else None
         try:
             self.control_server = ControlServer(config.control_socket_path)
         except OSError as exc:
@@ -165,17 +171,46 @@ class Supervisor:
             raise StartupError(f"another broker is using log.dir {self.config.log_dir}") from None
 
     def _listen(self) -> socket.socket:
-        host = self.config.hostname or ""
+        activated = self._socket_from_systemd()
+        if activated is not None:
+            return activated
+        return self._bind(self.config.hostname, self.config.port, "port")
+
+    @staticmethod
+    def _bind(host: str, port: int, key: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         listener = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            listener.bind((host, self.config.port))
+            listener.bind((host, port))
         except OSError as exc:
             listener.close()
-            raise StartupError(f"cannot listen on {host or '*'}:{self.config.port}: {exc.strerror}") from exc
+            raise StartupError(f"cannot listen on {host or '*'}:{port} ({key}): {exc.strerror}") from exc
         listener.listen(1024)
         return listener
+
+    def _socket_from_systemd(self):
+        """The listening socket systemd passed (socket activation, ``ops/mpbroker.socket``),
+        or None when started without one."""
+        count = os.environ.get("LISTEN_FDS", "")
+        if os.environ.get("LISTEN_PID") != str(os.getpid()) or not count.isdigit() or int(count) < 1:
+            return None
+        for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+            os.environ.pop(name, None)  # for this process only, as sd_listen_fds(unset_environment=1) does
+        fd = SD_LISTEN_FDS_START
+        os.set_inheritable(fd, False)
+        listener = socket.socket(fileno=fd)
+        if listener.type != socket.SOCK_STREAM or not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
+            raise StartupError("the socket systemd passed is not a listening stream socket (check ListenStream=)")
+        address = listener.getsockname()
+        if address[1] != self.config.port:
+            log.warning("listening on port %d, passed by systemd; port=%d in the configuration is not used",
+                        address[1], self.config.port)
+        log.info("using the listening socket passed by systemd (%s)", address[:2])
+        return listener
+
+    def _listen_for_metrics(self) -> socket.socket:
+        return self._bind(self.config.metrics_host, self.config.metrics_port, "metrics.port")
 
     @property
     def port(self) -> int:
@@ -219,17 +254,20 @@ class Supervisor:
                 other.child_channel.close()
         if child.role != "acceptor":
             self.listener.close()
+        if self.metrics_listener is not None and child.role != "metrics":
+            self.metrics_listener.close()
 
     def _run_worker(self, child: Child) -> int:
         recover = not self.clean or child.restarts > 0
         worker = PartitionWorker(child.slot, self.config, self.request_rings[child.slot],
                                  self.answer_rings[child.slot], self.tables[child.slot], self.slots,
-                                 child.child_channel, recover=recover)
+                                 child.child_channel, self.counters.row(child.slot), recover=recover)
         return worker.run()
 
     def _run_acceptor(self, child: Child) -> int:
         acceptor = Acceptor(self.config, self.listener, self.request_rings, self.answer_rings, self.tables,
-                            self.slots, child.slot, child.child_channel, child.restarts)
+                            self.slots, child.slot, child.child_channel, child.restarts,
+                            self.counters.row(child.slot))
         child.child_channel.send("ready")
         return acceptor.run()
 
@@ -239,6 +277,14 @@ class Supervisor:
         registrar = Registrar(self.config, self.port, self.tables, self.slots, child.slot, child.child_channel,
                               self.creator_id)
         return registrar.run()
+
+    def _run_metrics(self, child: Child) -> int:
+        from mpbroker.metrics.collector import BrokerCollector  # prometheus_client: only in this process
+        from mpbroker.metrics.exporter import MetricsExporter
+
+        processes = [(other.slot, other.name, other.role) for other in self.children]
+        collector = BrokerCollector(self.config, self.tables, self.slots, self.counters, processes)
+        return MetricsExporter(collector, self.metrics_listener, self.slots, child.slot, child.child_channel).run()
 
     def _spawn_registrar(self) -> None:
         self.registrar_checked = False
@@ -267,6 +313,8 @@ class Supervisor:
             self.selector.register(child.channel.fileno(), selectors.EVENT_READ, child)
         log.info("mpbroker %d starting: %d workers, log.dir %s, %s", self.config.brokerid, len(self.workers),
                  self.config.log_dir, "clean shutdown last time" if self.clean else "recovering logs")
+        if self.metrics:
+            self._fork(self.metrics, self._run_metrics)
         if self.registrar:  # the workers start once it checked the broker id
             self._spawn_registrar()
         else:
@@ -334,7 +382,7 @@ class Supervisor:
     def _on_ready(self, child: Child) -> None:
         child.ready = True
         self.slots.set_state(child.slot, SlotState.UP)
-        if child.role == "registrar":
+        if child.role in ("registrar", "metrics"):
             return
         if child.role == "acceptor":
             if not self._ready_notified:
@@ -390,6 +438,9 @@ class Supervisor:
                 return
             self._schedule_respawn(child)
             return
+        if child.role == "metrics":
+            self._schedule_respawn(child)
+            return
         if child.role == "acceptor":
             child.restarts += 1
             for worker in self.workers:  # the next acceptor reads the slot table instead
@@ -426,6 +477,9 @@ class Supervisor:
             if self.registrar and self.registrar.respawn_at is not None and now >= self.registrar.respawn_at:
                 self.registrar.respawn_at = None
                 self._spawn_registrar()
+            if self.metrics and self.metrics.respawn_at is not None and now >= self.metrics.respawn_at:
+                self.metrics.respawn_at = None
+                self._fork(self.metrics, self._run_metrics)
             self._check_heartbeats()
             self._sample_rates(now)
         else:
@@ -467,13 +521,16 @@ class Supervisor:
         if self.registrar and self.registrar.alive:  # out of ZooKeeper first: clients move on
             self.registrar.channel.send("stop")
             self.registrar.stop_deadline = time.monotonic() + REGISTRAR_STOP_TIMEOUT_S
+        if self.metrics and self.metrics.alive:
+            self.metrics.channel.send("stop")
+            self.metrics.stop_deadline = time.monotonic() + METRICS_STOP_TIMEOUT_S
         if self.acceptor.alive:
             self.acceptor.channel.send("stop")
             self.acceptor.stop_deadline = time.monotonic() + ACCEPTOR_STOP_TIMEOUT_S
 
     def _advance_stop(self, now: float) -> None:
         if self.phase == STOPPING_ACCEPTOR:
-            if self._kill_overdue([child for child in (self.acceptor, self.registrar) if child], now):
+            if self._kill_overdue([child for child in (self.acceptor, self.registrar, self.metrics) if child], now):
                 return
             if all(worker.generation == 0 for worker in self.workers):  # stopped before the logs opened
                 if self.clean:
@@ -524,6 +581,8 @@ class Supervisor:
                 self._kill(child, signal.SIGKILL)
         self.control_server.close()
         self.listener.close()
+        if self.metrics_listener is not None:
+            self.metrics_listener.close()
         log.info("supervisor exiting (code %d)", self.exit_code)
 
     # --- reload -----------------------------------------------------------------
@@ -559,22 +618,12 @@ class Supervisor:
 
     # --- status -----------------------------------------------------------------
 
-    def _partition_states(self) -> list:
-        rows = []
-        for slot, table in enumerate(self.tables):
-            for index, topic, partition in table.names():
-                try:
-                    state = table.read(index)
-                except TornEntryError:
-                    continue
-                rows.append((topic, partition, slot, state))
-        return rows
-
     def _sample_rates(self, now: float) -> None:
         if now < self._next_rate_sample:
             return
         self._next_rate_sample = now + RATE_SAMPLE_S
-        totals = {(topic, partition): state.messages_in for topic, partition, _, state in self._partition_states()}
+        totals = {(topic, partition): state.messages_in
+                  for topic, partition, _, state in published_partitions(self.tables)}
         self._rate_samples.append((now, totals))
         while self._rate_samples and now - self._rate_samples[0][0] > RATE_WINDOW_S:
             self._rate_samples.popleft()
@@ -588,7 +637,7 @@ class Supervisor:
 
     def status(self) -> dict:
         now_ms = int(time.time() * 1000)
-        rows = self._partition_states()
+        rows = published_partitions(self.tables)
         by_worker = collections.Counter(slot for _, _, slot, _ in rows)
 
         def describe(child: Child) -> dict:
@@ -620,6 +669,8 @@ class Supervisor:
             "log_dir": self.config.log_dir, "workers": workers, "acceptor": describe(self.acceptor),
             "registrar": describe(self.registrar) if self.registrar else None,
             "zookeeper": self.zk_state if self.registrar else None,
+            "metrics": {**describe(self.metrics), "host": self.config.metrics_host,
+                        "port": self.metrics_listener.getsockname()[1]} if self.metrics else None,
             "partitions": partitions,
         }
 

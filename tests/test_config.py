@@ -134,6 +134,9 @@ EXPECTED_DEFAULTS = {
     "worker_heartbeat_timeout_ms": 30000,
     "control_socket": "",
     "log_level": "INFO",
+    "metrics_enable": False,
+    "metrics_host": "",
+    "metrics_port": 9099,
 }
 
 

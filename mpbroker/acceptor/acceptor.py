@@ -23,6 +23,8 @@ from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
 from mpbroker.config import config_from_properties
+from mpbroker.ipc.counters import (BYTES_RECEIVED, CONNECTIONS_ACCEPTED, CONNECTIONS_OPEN, CONNECTIONS_REFUSED,
+                                   MALFORMED_REQUESTS)
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
@@ -40,8 +42,9 @@ FULL_RING_RETRY_S = 0.005
 
 class Acceptor:
     def __init__(self, config, listener: socket.socket, request_rings, answer_rings, tables, slots, slot: int,
-                 control, incarnation: int):
+                 control, incarnation: int, counters):
         self.config = config
+        self.counters = counters  # this process's row of the CounterTable
         self.listener = listener
         self.slots = slots
         self.slot = slot  # the acceptor's own heartbeat slot
@@ -51,7 +54,7 @@ class Acceptor:
                   for index in range(len(request_rings))]
         self.router = Router(routes, incarnation, self._close, self._mark_ready, self._resume)
         self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
-        self.handlers = RequestHandlers(config, self.files, self.router, self._close)
+        self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters)
         self.selector = selectors.DefaultSelector()
         self.connections = {}  # fd -> Connection
         self._to_send = set()
@@ -65,6 +68,7 @@ class Acceptor:
 
     def run(self) -> int:
         self._wakeup_read = install_child_signals()
+        self.counters[CONNECTIONS_OPEN] = 0  # a predecessor's connections died with it
         for route in self.router.routes:
             if self.slots.read(route.slot).state == SlotState.UP:
                 self.router.worker_up(route)
@@ -117,18 +121,22 @@ class Acceptor:
                 return
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self.counters[CONNECTIONS_REFUSED] += 1
                     self._log_refusal(f"cannot accept a connection: {exc.strerror}")
                     return
                 raise
             if len(self.connections) >= self.config.max_connections:
+                self.counters[CONNECTIONS_REFUSED] += 1
                 self._log_refusal(f"refusing {peer}: max.connections ({self.config.max_connections}) reached")
                 sock.close()
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._accepted += 1
-            connection = Connection(sock, peer, self.config.max_socket_request_bytes, self._accepted)
+            connection = Connection(sock, peer, self.config.max_socket_request_bytes, self._accepted, self.counters)
             self.connections[connection.fd] = connection
+            self.counters[CONNECTIONS_ACCEPTED] += 1
+            self.counters[CONNECTIONS_OPEN] = len(self.connections)
             self.selector.register(sock, selectors.EVENT_READ, ("connection", connection))
 
     def _log_refusal(self, message: str) -> None:
@@ -151,6 +159,7 @@ class Acceptor:
             self._close(connection, None)
             return
         connection.reader.commit(received)
+        self.counters[BYTES_RECEIVED] += received
         self._process_frames(connection)
 
     def _process_frames(self, connection) -> None:
@@ -161,6 +170,7 @@ class Acceptor:
                     break
                 self.handlers.handle(connection, frame)
         except MalformedRequestError as exc:
+            self.counters[MALFORMED_REQUESTS] += 1
             self._close(connection, f"malformed request: {exc}")
             return
         if connection.closed:
@@ -223,6 +233,7 @@ class Acceptor:
         except (KeyError, ValueError):
             pass
         self.connections.pop(connection.fd, None)
+        self.counters[CONNECTIONS_OPEN] = len(self.connections)
         self.router.forget(connection)
         connection.close()
 

@@ -12,6 +12,7 @@ import os
 import socket
 from collections import deque
 
+from mpbroker.ipc.counters import BYTES_SENT
 from mpbroker.protocol.framing import FrameReader
 
 _MAX_IOV = 64
@@ -48,9 +49,9 @@ class Response:
 
 class Connection:
     __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "paused", "closing", "closed",
-                 "wants_write", "number")
+                 "wants_write", "number", "counters")
 
-    def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int):
+    def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int, counters):
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
@@ -62,6 +63,7 @@ class Connection:
         self.closed = False
         self.wants_write = False  # registered for EVENT_WRITE
         self.number = number
+        self.counters = counters  # the acceptor's CounterTable row (bytes sent)
 
     def __repr__(self) -> str:
         return f"connection #{self.number} from {self.peer}"
@@ -111,6 +113,7 @@ class Connection:
             sent = self.sock.sendmsg(buffers, (), socket.MSG_MORE if more else 0)
         except (BlockingIOError, InterruptedError):
             return False
+        self.counters[BYTES_SENT] += sent
         for buffer in buffers:
             if sent >= len(buffer):
                 sent -= len(buffer)
@@ -130,6 +133,7 @@ class Connection:
                 raise OSError(f"segment file ended {chunk.remaining} bytes early")
             chunk.position += sent
             chunk.remaining -= sent
+            self.counters[BYTES_SENT] += sent
         return True
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ import random
 import struct
 
 from mpbroker.errors import ErrorCode, InvalidTopicError
+from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
 from mpbroker.ipc.messages import Mode
 from mpbroker.ownership import owner_slot
 from mpbroker.protocol import responses
@@ -34,11 +35,18 @@ log = logging.getLogger(__name__)
 _MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH}
 _INT16 = struct.Struct(">h")
 _PRODUCE_TAIL = struct.Struct(">ii")  # partition, set size
+_PRODUCE_COUNTER = REQUESTS + REQUEST_KINDS.index("produce")
+_COUNTER_BY_KIND = {
+    kind: REQUESTS + REQUEST_KINDS.index(name) for kind, name in (
+        (ProduceRequest, "produce"), (FetchRequest, "fetch"), (MultiFetchRequest, "multifetch"),
+        (MultiProduceRequest, "multiproduce"), (OffsetsRequest, "offsets"), (ProduceAckedRequest, "produce_acked"))
+}
 
 
 class RequestHandlers:
-    def __init__(self, config, segment_files, router, on_close):
+    def __init__(self, config, segment_files, router, on_close, counters):
         self.config = config
+        self._counters = counters  # the acceptor's CounterTable row
         self._files = segment_files
         self._router = router
         self._close = on_close  # callable(connection, reason)
@@ -48,9 +56,11 @@ class RequestHandlers:
     def handle(self, connection, frame) -> None:
         """Answer or route one request; MalformedRequestError propagates (close)."""
         if frame[1] == 0 and frame[0] == 0 and self._produce_frame(connection, frame):
+            self._counters[_PRODUCE_COUNTER] += 1
             return
         request = decode_request(frame)
         kind = type(request)
+        self._counters[_COUNTER_BY_KIND[kind]] += 1
         if kind is ProduceRequest:
             self._produce(connection, request.topic, request.partition, request.message_set)
         elif kind is FetchRequest:

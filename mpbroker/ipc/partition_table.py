@@ -153,3 +153,16 @@ class PartitionTable:
         words[word] = odd
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, *state)
         words[word] = odd + 1
+
+
+def published_partitions(tables) -> list:
+    """``[(topic, partition, worker slot, PartitionState)]`` of every entry of every
+    worker's table; an entry torn by a dead writer is left out until it is rewritten."""
+    rows = []
+    for slot, table in enumerate(tables):
+        for index, topic, partition in table.names():
+            try:
+                rows.append((topic, partition, slot, table.read(index)))
+            except TornEntryError:
+                continue
+    return rows

@@ -27,6 +27,7 @@ import time
 
 from kazoo.protocol.states import KazooState
 
+from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
 from mpbroker.registry import EXIT_ID_CONFLICT, layout
 from mpbroker.registry.broker_registration import BrokerIdConflict, BrokerRegistration
@@ -97,6 +98,8 @@ class Registrar:
                 self._next_scan = 0.0
             elif message["op"] == "stop":
                 self.stopping = True
+            elif message["op"] == "reload":
+                set_level(message["properties"]["log.level"])
 
     def _step(self) -> None:
         try:

@@ -13,14 +13,17 @@ import os
 import queue
 import select
 import threading
+import time
 
+from mpbroker.ipc.counters import record_flush
 from mpbroker.segments.log import sync_pending
 
 log = logging.getLogger(__name__)
 
 
 class Flusher:
-    def __init__(self, threads: int = 2):
+    def __init__(self, counters, threads: int = 2):
+        self.counters = counters  # the worker's CounterTable row: flushes and their latency
         self.done_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._work = queue.SimpleQueue()
         self._finished = queue.SimpleQueue()
@@ -49,11 +52,12 @@ class Flusher:
                 return
             partition_log, pending = item
             error = None
+            started = time.monotonic()
             try:
                 sync_pending(pending)
             except OSError as exc:
                 error = exc
-            self._finished.put((partition_log, pending, error))
+            self._finished.put((partition_log, pending, error, time.monotonic() - started))
             os.eventfd_write(self.done_fd, 1)
 
     def collect(self) -> list:
@@ -65,9 +69,10 @@ class Flusher:
         results = []
         while True:
             try:
-                partition_log, pending, error = self._finished.get_nowait()
+                partition_log, pending, error, seconds = self._finished.get_nowait()
             except queue.Empty:
                 break
+            record_flush(self.counters, seconds, error is not None)  # here: one writer, the main thread
             del self._in_flight[partition_log]
             try:
                 partition_log.finish_flush(pending, error)

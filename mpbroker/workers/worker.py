@@ -47,7 +47,7 @@ class _Timer:
 
 
 class PartitionWorker:
-    def __init__(self, slot: int, config, requests: Ring, answers: Ring, table, slots, control, *,
+    def __init__(self, slot: int, config, requests: Ring, answers: Ring, table, slots, control, counters, *,
                  recover: bool, clock_ms=wall_clock_ms):
         self.slot = slot
         self.config = config
@@ -61,7 +61,7 @@ class PartitionWorker:
         self.logs = LogManager(config.log_dir, config.log_config_for, clock_ms=clock_ms,
                                owns=lambda topic, partition: owner_slot(topic, partition, num_workers) == slot)
         self.publisher = Publisher(table)
-        self.flusher = Flusher()
+        self.flusher = Flusher(counters)
         self._outbox = collections.deque()
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config,
                                       self._queue_answer, clock_ms)

@@ -293,6 +293,15 @@ def test_describe_group_members_owners_offsets_and_lag(cluster):
         assert listing.returncode == 0, listing.stderr
         groups = {g["group"]: g for g in json.loads(listing.stdout)["groups"]}
         assert groups["laggers"] == {"group": "laggers", "members": 1, "topics": ["lag"]}
+
+        # mpbroker-ctl groups: the same report, with ZooKeeper taken from a broker's configuration.
+        config = cluster.brokers[BROKER_IDS[0]].config_path
+        from_ctl = ctl_groups(config, "--group", "laggers", "--json")
+        assert from_ctl.returncode == 0, from_ctl.stderr
+        assert json.loads(from_ctl.stdout) == report
+        assert f"lag {(total - taken) * size} bytes" in ctl_groups(config, "--group", "laggers").stdout.decode()
+        assert "laggers" in ctl_groups(config).stdout.decode()
+        assert ctl_groups(config, "--group", "nobody").returncode == 1
     finally:
         connector.shutdown()
 
@@ -339,6 +348,19 @@ def test_unreachable_and_unregistered_brokers_give_no_log_end(zk_connect):
 
 
 # --- errors and exit codes ---------------------------------------------------------------
+
+def ctl_groups(config_path, *args):
+    return subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", str(config_path), "groups", *args],
+                          capture_output=True, timeout=60)
+
+
+def test_ctl_groups_without_zookeeper_says_so(tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text("log.dir=/nonexistent\n")
+    result = ctl_groups(config)
+    assert result.returncode == 2
+    assert b"zk.connect is empty" in result.stderr
+
 
 def test_unknown_group_exits_1(cluster):
     result = groups_tool("--zookeeper", cluster.zk_connect, "--group", "nobody-here")

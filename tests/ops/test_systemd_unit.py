@@ -3,35 +3,16 @@ venv's ``mpbroker``) and says what the supervisor does: notify, HUP reload, a mi
 
 import configparser
 import os
-import shutil
 import subprocess
 import sys
 
-import pytest
-
-UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "ops", "mpbroker.service")
-INSTALLED_MPBROKER = "/opt/mpbroker/.venv/bin/mpbroker"
-
-
-def read_unit() -> str:
-    with open(UNIT) as f:
-        return f.read()
+from tests.ops.conftest import read_unit
 
 
 def verify(text: str, tmp_path) -> subprocess.CompletedProcess:
     path = tmp_path / "mpbroker.service"
     path.write_text(text)
     return subprocess.run(["systemd-analyze", "verify", str(path)], capture_output=True, text=True, timeout=60)
-
-
-@pytest.fixture
-def local_unit() -> str:
-    mpbroker = os.path.join(os.path.dirname(sys.executable), "mpbroker")
-    assert os.access(mpbroker, os.X_OK), f"{mpbroker} is missing: pip install -e ."
-    assert shutil.which("systemd-analyze"), "systemd-analyze is missing (tests/run.sh installs systemd)"
-    text = read_unit()
-    assert INSTALLED_MPBROKER in text
-    return text.replace(INSTALLED_MPBROKER, mpbroker)
 
 
 def test_the_unit_passes_systemd_analyze_verify(local_unit, tmp_path):

@@ -1,0 +1,2 @@
+"""The Prometheus metrics endpoint (``metrics.enable``): ``collector`` reads the
+broker's shared memory, ``exporter`` is the supervisor's child serving it over HTTP."""

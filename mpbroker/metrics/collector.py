@@ -1,0 +1,140 @@
+"""What the metrics endpoint reports: a prometheus_client collector over the broker's
+shared memory, read afresh at every scrape.
+
+Sources, all written by other processes and only read here:
+- the slot table: each process's state, restarts and start time;
+- the workers' partition tables: per partition its size, offsets, segments, unflushed
+  bytes and what was appended;
+- the counter table: the acceptor's requests, bytes and connections, the workers'
+  flushes and their latency (``mpbroker/ipc/counters.py``);
+- ``statvfs`` of log.dir: the free space.
+
+Every name starts with ``mpbroker_``. Counters keep counting across respawns (their
+rows belong to the supervisor), so ``rate()`` over them is sound.
+"""
+
+import os
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+from mpbroker import __version__
+from mpbroker.ipc import counters as c
+from mpbroker.ipc.partition_table import published_partitions
+from mpbroker.ipc.slot_table import SlotState
+
+
+class BrokerCollector:
+    def __init__(self, config, tables, slots, counters, processes):
+        """``processes``: ``[(slot, name, role)]`` of every supervisor child."""
+        self.config = config
+        self.tables = tables
+        self.slots = slots
+        self.counters = counters
+        self.processes = processes
+
+    def collect(self):
+        yield from self._broker()
+        yield from self._processes()
+        yield from self._requests()
+        yield from self._flushes()
+        yield from self._partitions()
+
+    def _broker(self):
+        info = GaugeMetricFamily("mpbroker_info", "the broker's id and version (always 1)",
+                                 labels=["brokerid", "version"])
+        info.add_metric([str(self.config.brokerid), __version__], 1)
+        yield info
+        try:
+            disk = os.statvfs(self.config.log_dir)
+        except OSError:
+            return
+        yield GaugeMetricFamily("mpbroker_log_dir_free_bytes", "space left for log.dir's filesystem (unprivileged)",
+                                value=disk.f_bavail * disk.f_frsize)
+        yield GaugeMetricFamily("mpbroker_log_dir_size_bytes", "size of log.dir's filesystem",
+                                value=disk.f_blocks * disk.f_frsize)
+
+    def _processes(self):
+        up = GaugeMetricFamily("mpbroker_process_up", "1 if the process in the slot serves, else 0",
+                               labels=["process"])
+        restarts = CounterMetricFamily("mpbroker_process_restarts", "times the supervisor restarted the process",
+                                       labels=["process"])
+        started = GaugeMetricFamily("mpbroker_process_start_time_seconds", "when the process was last started",
+                                    labels=["process"])
+        for slot, name, _ in self.processes:
+            state = self.slots.read(slot)
+            up.add_metric([name], 1 if state.state == SlotState.UP else 0)
+            restarts.add_metric([name], state.restarts)
+            if state.started_ms:
+                started.add_metric([name], state.started_ms / 1000)
+        yield from (up, restarts, started)
+
+    def _acceptor_row(self):
+        return next((self.counters.read(slot) for slot, _, role in self.processes if role == "acceptor"), None)
+
+    def _requests(self):
+        row = self._acceptor_row()
+        if row is None:
+            return
+        requests = CounterMetricFamily("mpbroker_requests", "requests received, by type", labels=["type"])
+        for index, kind in enumerate(c.REQUEST_KINDS):
+            requests.add_metric([kind], row[c.REQUESTS + index])
+        yield requests
+        for name, index, documentation in (
+                ("mpbroker_malformed_requests", c.MALFORMED_REQUESTS, "requests refused as malformed"),
+                ("mpbroker_received_bytes", c.BYTES_RECEIVED, "bytes received from clients"),
+                ("mpbroker_sent_bytes", c.BYTES_SENT, "bytes sent to clients, sendfile included"),
+                ("mpbroker_connections_accepted", c.CONNECTIONS_ACCEPTED, "client connections accepted"),
+                ("mpbroker_connections_refused", c.CONNECTIONS_REFUSED,
+                 "client connections refused (max.connections, no file descriptors)")):
+            yield CounterMetricFamily(name, documentation, value=row[index])
+        yield GaugeMetricFamily("mpbroker_connections_open", "client connections open now",
+                                value=row[c.CONNECTIONS_OPEN])
+
+    def _flushes(self):
+        latency = HistogramMetricFamily("mpbroker_flush_duration_seconds", "time of each log flush (fdatasync)",
+                                        labels=["worker"])
+        failures = CounterMetricFamily("mpbroker_flush_failures", "log flushes that failed", labels=["worker"])
+        for slot, _, role in self.processes:
+            if role != "worker":
+                continue
+            row = self.counters.read(slot)
+            buckets, total = [], 0
+            for bound, count in zip((*c.FLUSH_BOUNDS_S, float("inf")), row[c.FLUSH_BUCKETS:]):
+                total += count
+                buckets.append(("+Inf" if bound == float("inf") else repr(bound), total))
+            latency.add_metric([str(slot)], buckets, row[c.FLUSH_MICROSECONDS] / 1_000_000)
+            failures.add_metric([str(slot)], row[c.FLUSH_FAILURES])
+        yield latency
+        yield failures
+
+    def _partitions(self):
+        labels = ["topic", "partition"]
+        families = {
+            "size": GaugeMetricFamily("mpbroker_partition_size_bytes", "bytes in the partition's log", labels=labels),
+            "end": GaugeMetricFamily("mpbroker_partition_log_end_offset", "the offset the next message gets",
+                                     labels=labels),
+            "start": GaugeMetricFamily("mpbroker_partition_log_start_offset", "the oldest offset still kept",
+                                       labels=labels),
+            "unflushed": GaugeMetricFamily("mpbroker_partition_unflushed_bytes",
+                                           "bytes appended but not yet flushed to disk", labels=labels),
+            "segments": GaugeMetricFamily("mpbroker_partition_segments", "segment files of the partition",
+                                          labels=labels),
+            "flushed_at": GaugeMetricFamily("mpbroker_partition_last_flush_time_seconds",
+                                            "when the partition was last flushed", labels=labels),
+            "messages": CounterMetricFamily("mpbroker_partition_messages_in", "messages appended since the start",
+                                            labels=labels),
+            "bytes": CounterMetricFamily("mpbroker_partition_bytes_in", "bytes appended since the start",
+                                         labels=labels),
+        }
+        for topic, partition, _, state in sorted(published_partitions(self.tables), key=lambda row: row[:2]):
+            key = [topic, str(partition)]
+            families["size"].add_metric(key, state.log_end - state.log_start)
+            families["end"].add_metric(key, state.log_end)
+            families["start"].add_metric(key, state.log_start)
+            families["unflushed"].add_metric(key, state.log_end - state.flushed_end)
+            families["segments"].add_metric(key, state.segment_count)
+            if state.last_flush_ms:
+                families["flushed_at"].add_metric(key, state.last_flush_ms / 1000)
+            families["messages"].add_metric(key, state.messages_in)
+            families["bytes"].add_metric(key, state.bytes_in)
+        yield from families.values()
