@@ -14,7 +14,10 @@ Its life, driven by the supervisor over the control channel:
    Topics come from the workers' partition tables, scanned every TOPIC_SCAN_S, so a
    topic created by a produce is registered within about a second.
 3. A new session (after an expiry, or ZooKeeper's data lost) writes everything again;
-   the nodes are verified every VERIFY_S.
+   the nodes are verified every VERIFY_S. A client kept away longer than twice the
+   session timeout is replaced by a new one: a ZooKeeper that lost its data refuses a
+   client that has seen newer transactions than its own, and kazoo would retry that
+   same client for ever (the old session is expired by then anyway).
 4. On ``stop`` (or TERM) delete the nodes and close the session.
 
 Its state goes to the supervisor as ``zk_state`` messages, which ``mpbroker-ctl
@@ -41,6 +44,7 @@ TOPIC_SCAN_S = 1.0
 VERIFY_S = 30.0
 CHROOT_TIMEOUT_S = 1.0
 WARN_EVERY_S = 30.0
+MIN_REPLACE_AFTER_S = 5.0
 
 
 class Registrar:
@@ -63,6 +67,7 @@ class Registrar:
         self._next_verify = 0.0
         self._last_warning = 0.0
         self._zk_state = "connecting"
+        self._away_since = None  # monotonic time the client was first seen disconnected
 
     # --- the loop ---------------------------------------------------------------
 
@@ -108,7 +113,9 @@ class Registrar:
             if not self.client.connected:
                 self._report_unreachable()
                 self._report()  # status must show the disconnection too
+                self._replace_client_kept_away()
                 return
+            self._away_since = None
             if not self.checked:
                 self.registration.check_id(self.config.zk_sessiontimeout_ms * 1.5 / 1000 + 1)
                 self.checked = True
@@ -127,6 +134,22 @@ class Registrar:
         self.client.add_listener(self._on_state)
         self.client.start_async()
         self.registration = BrokerRegistration(self.client, self.info)
+
+    def _replace_client_kept_away(self) -> None:
+        now = time.monotonic()
+        if self._away_since is None:
+            self._away_since = now
+            return
+        limit = max(2 * self.config.zk_sessiontimeout_ms / 1000, MIN_REPLACE_AFTER_S)
+        if now - self._away_since < limit:
+            return
+        log.warning("ZooKeeper at %s has not taken this client back for %.0fs (a server that lost its data "
+                    "refuses clients that saw newer transactions); starting a new session",
+                    self.config.zk_connect, now - self._away_since)
+        self._close()
+        self.registration = None
+        self._away_since = None
+        self._next_scan = 0.0
 
     def _on_state(self, state) -> None:  # kazoo's thread: record and log only
         if self.stopping:

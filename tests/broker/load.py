@@ -1,7 +1,9 @@
 """Acknowledged load for fault tests: threads that produce uniquely numbered messages
 with PRODUCE_ACKED, retrying on PartitionUnavailable and on closed connections, and
-remembering exactly which messages the broker acknowledged."""
+remembering exactly which messages the broker acknowledged (and with which
+durability). ``requests=None`` runs until ``stop()``."""
 
+import itertools
 import threading
 import time
 
@@ -13,25 +15,33 @@ from .wire import WireClient
 
 
 class AckedLoad:
-    def __init__(self, port_of, topic: str, partitions: int, *, threads: int = 4, requests: int = 60,
-                 batch: int = 10, durability: int = 1):
+    def __init__(self, port_of, topic: str, partitions: int, *, threads: int = 4, requests: int | None = 60,
+                 batch: int = 10, durability: int = 1, durability_of=None, retry_for_s: float = 60):
         self._port_of = port_of  # callable: the broker's current port
         self.topic = topic
         self.partitions = partitions
         self.requests = requests
         self.batch = batch
         self.durability = durability
+        self.durability_of = durability_of  # callable(thread number) -> durability, else `durability`
+        self.retry_for_s = retry_for_s
         self.acked = set()
+        self.acked_by_durability = {0: set(), 1: set()}
         self.acked_requests = 0
         self.retries = 0
         self.errors = []
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(n,), daemon=True) for n in range(threads)]
 
     def start(self) -> "AckedLoad":
         for thread in self._threads:
             thread.start()
         return self
+
+    def stop(self) -> None:
+        """Let each thread finish the request it is on (acknowledged or failed), then end."""
+        self._stop.set()
 
     def join(self, timeout: float = 120) -> None:
         for thread in self._threads:
@@ -41,18 +51,21 @@ class AckedLoad:
 
     def _run(self, number: int) -> None:
         client = None
+        durability = self.durability_of(number) if self.durability_of else self.durability
         try:
-            for request in range(self.requests):
+            for request in (range(self.requests) if self.requests is not None else itertools.count()):
+                if self._stop.is_set():
+                    break
                 ids = [f"t{number}-r{request}-m{m}".encode() for m in range(self.batch)]
                 message_set = encode_message_set(ids)
                 partition = (number + request) % self.partitions
-                deadline = time.monotonic() + 60
+                deadline = time.monotonic() + self.retry_for_s
                 while True:
                     assert time.monotonic() < deadline, f"request {ids[0]!r} never acknowledged"
                     try:
                         if client is None:
                             client = WireClient(self._port_of(), timeout=20)
-                        ack = client.produce_acked(self.topic, partition, message_set, self.durability)
+                        ack = client.produce_acked(self.topic, partition, message_set, durability)
                     except (ConnectionError, OSError):
                         client = None
                         self._retry()
@@ -63,6 +76,7 @@ class AckedLoad:
                     assert ack.error == 0, f"unexpected error {ack.error}"
                     with self._lock:
                         self.acked.update(ids)
+                        self.acked_by_durability[durability].update(ids)
                         self.acked_requests += 1
                     break
         except BaseException as exc:  # reported by join()

