@@ -363,6 +363,51 @@ def test_a_killed_member_hands_its_partitions_over_after_its_session_times_out(c
                 member.wait(10)
 
 
+@pytest.mark.faults
+def test_a_member_paused_past_its_session_rejoins_and_nothing_is_skipped(cluster, tmp_path):
+    """SIGSTOP of a member for three session timeouts: its session expires, the other
+    member takes every partition; on SIGCONT it finds its session gone, joins again and
+    the group splits again. Every message is processed by someone."""
+    sent = cluster.produce("pause", [f"warm{i}".encode() for i in range(100)])
+    cluster.wait_registered("pause", 8)
+    outputs = [tmp_path / "a.out", tmp_path / "b.out"]
+    members = []
+    for path in outputs:
+        with open(f"{path}.log", "w") as log:
+            members.append(subprocess.Popen([sys.executable, "-m", "tests.clients.group_member", cluster.zk_connect,
+                                             "pausegroup", "pause", str(path), "1000"], stdout=log,
+                                            stderr=subprocess.STDOUT))
+
+    def owner_count() -> int:
+        return len({v.rsplit("-", 1)[0] for v in cluster.owners("pausegroup", "pause").values()})
+    try:
+        wait_for(lambda: len(cluster.owners("pausegroup", "pause")) == 8 and owner_count() == 2, 30,
+                 what="two members owning 4 partitions each")
+        sent += cluster.produce("pause", [f"p{i}".encode() for i in range(2000)])
+        wait_for(lambda: outputs[0].exists() and outputs[0].stat().st_size > 0, 30, what="member a consuming")
+        members[0].send_signal(signal.SIGSTOP)
+        wait_for(lambda: len(cluster.owners("pausegroup", "pause")) == 8 and owner_count() == 1, 20,
+                 what="the other member owning all 8 while a is paused")
+        sent += cluster.produce("pause", [f"during{i}".encode() for i in range(300)])
+        time.sleep(2)  # a stays paused well past its 1 s session: ZooKeeper expired it
+        members[0].send_signal(signal.SIGCONT)
+        wait_for(lambda: len(cluster.owners("pausegroup", "pause")) == 8 and owner_count() == 2, 30,
+                 what="a back in the group, every partition owned")
+        sent += cluster.produce("pause", [f"after{i}".encode() for i in range(300)])
+
+        def seen():
+            lines = [line for path in outputs if path.exists() for line in path.read_text().splitlines()]
+            return {line.split(" ", 2)[2].encode() for line in lines}
+        wait_for(lambda: seen() >= set(sent), 30, 0.1, what="every message processed by someone")
+        assert all(member.poll() is None for member in members), "a member died"
+    finally:
+        for member in members:
+            if member.poll() is None:
+                member.send_signal(signal.SIGCONT)
+                member.send_signal(signal.SIGKILL)
+                member.wait(10)
+
+
 def test_the_group_recovers_from_a_session_expiry(cluster):
     cluster.produce("expire", [b"e"] * 10)
     cluster.wait_registered("expire", 8)
