@@ -19,6 +19,7 @@ class ErrorCode(IntEnum):
     MESSAGE_SIZE_TOO_LARGE = 5
     INVALID_TOPIC = 6
     PARTITION_UNAVAILABLE = 7
+    STORAGE_ERROR = 8  # the broker could not write the set (disk full, I/O error); none of it was written
 
 
 class MPBrokerError(Exception):
@@ -63,3 +64,5 @@ class LogCorruptError(MPBrokerError):
 
 class StorageError(MPBrokerError):
     """Writing to the log failed (disk full, I/O error); the log was left consistent."""
+
+    code = ErrorCode.STORAGE_ERROR

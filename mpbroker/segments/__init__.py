@@ -4,7 +4,8 @@
   message sets, validation and iteration;
 - ``segment``, ``log``, ``log_view``, ``recovery``, ``retention``, ``offsets``: one
   partition's log on disk and the decisions about it;
-- ``log_manager``, ``clean_shutdown``: the logs under one ``log.dir``.
+- ``log_manager``, ``clean_shutdown``: the logs under one ``log.dir``;
+- ``verify``: the offline check of every segment (``python -m mpbroker.segments.verify``).
 """
 
 from mpbroker.segments.log import FileRegion, Log

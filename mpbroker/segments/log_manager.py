@@ -40,14 +40,19 @@ class LogManager:
         opened = []
         for name in sorted(os.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
-            if name == MARKER_NAME or not os.path.isdir(path):
+            if name == MARKER_NAME:
                 continue
             parsed = parse_partition_dir(name)
+            is_directory = os.path.isdir(path)
             if parsed is None:
-                log.warning("ignoring %s in log.dir: not a <topic>-<partition> directory", path)
+                if is_directory:
+                    log.warning("ignoring %s in log.dir: not a <topic>-<partition> directory", path)
                 continue
             topic, partition = parsed
             if not self._owns(topic, partition) or (topic, partition) in self._logs:
+                continue
+            if not is_directory:
+                log.warning("ignoring %s in log.dir: named like a partition directory but not a directory", path)
                 continue
             opened.append(self._open(topic, partition, recover=recover))
         now = self._clock_ms()

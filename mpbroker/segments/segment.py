@@ -8,6 +8,7 @@ error) by truncating back, so the file never keeps half a message set.
 
 import errno
 import os
+import stat
 
 from mpbroker.errors import LogCorruptError, StorageError
 from mpbroker.segments.naming import segment_file_name
@@ -41,8 +42,11 @@ class Segment:
     def open(cls, directory: str, base: int) -> "Segment":
         path = os.path.join(directory, segment_file_name(base))
         fd = os.open(path, _OPEN_FLAGS)
-        stat = os.fstat(fd)
-        return cls(base, path, fd, stat.st_size, stat.st_mtime_ns // 1_000_000)
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        return cls(base, path, fd, status.st_size, status.st_mtime_ns // 1_000_000)
 
     @property
     def end(self) -> int:

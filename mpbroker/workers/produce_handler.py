@@ -7,7 +7,9 @@ inflation) before anything is written; valid sets are grouped by partition and e
 partition gets one ``writev`` of all its sets, in ring order. Answers go out as ring
 records: an ACK per acknowledged produce (after the append, or once a flush covers
 it), a CLOSE per failed fire-and-forget produce, and one DONE for the batch's
-fire-and-forget produces.
+fire-and-forget produces. An append that fails (disk full, I/O error) was undone by
+the log; its produces are refused with the error's code (8, StorageError) and the
+failure is logged once per partition, not once per request, until appends work again.
 """
 
 import logging
@@ -17,6 +19,7 @@ from mpbroker.ipc import messages
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.partition_table import TableFullError
 from mpbroker.segments.message_set import validate_message_set
+from mpbroker.workers.failure_log import RepeatedFailureLog
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ class ProduceHandler:
         self._partial = {}  # request id -> (first fragment, bytearray, bytes received)
         self._topics = {}  # topic bytes -> str
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
+        self._storage_failures = RepeatedFailureLog(log)  # appends failing while a disk is full
 
     def handle(self, records) -> None:
         """Handle a batch of ring records ``(kind, body view)``; copies what it keeps."""
@@ -101,6 +105,9 @@ class ProduceHandler:
 
     def _fail(self, produce, code: int, reason: str) -> None:
         log.warning("%s", reason)
+        self._refuse(produce, code, reason)
+
+    def _refuse(self, produce, code: int, reason: str) -> None:
         if produce.mode == Mode.FIRE_AND_FORGET:
             self._answer(messages.KIND_CLOSE, messages.encode_close(produce.request_id, reason))
         else:
@@ -119,14 +126,18 @@ class ProduceHandler:
             if partition_log is None:
                 partition_log = self._logs.get_or_create(topic, partition)
                 self._publisher.add(partition_log)
+        except (MPBrokerError, TableFullError, OSError) as exc:  # a log that cannot be opened or created
+            self._fail_group(topic, partition, group, exc)
+            return
+        try:
             offset = partition_log.append_many(data, total_messages) if data else partition_log.log_end
         except LogCorruptError:
-            raise  # the log is in doubt: let the worker die and be recovered
-        except (MPBrokerError, TableFullError, OSError) as exc:
-            code = getattr(exc, "code", ErrorCode.UNKNOWN)
-            for produce in group:
-                self._fail(produce, code, f"append to {topic}-{partition} failed: {exc}")
+            raise  # a failed append could not be undone: let the worker die and recovery repair the log
+        except (MPBrokerError, OSError) as exc:  # disk full, I/O error: nothing was written
+            self._fail_group(topic, partition, group, exc)
             return
+        if self._storage_failures.failing:
+            self._storage_failures.succeeded((topic, partition), f"appending to {topic}-{partition}")
         now = self._clock_ms()
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
@@ -140,6 +151,15 @@ class ProduceHandler:
         if partition_log in self._flush_waiters or partition_log.flush_due(now):
             self._flusher.request(partition_log)
         self._publisher.publish(partition_log)
+
+    def _fail_group(self, topic: str, partition: int, group: list, exc: Exception) -> None:
+        """Refuse every produce of ``group``, logging the failure once (it may repeat for
+        every request while a disk is full)."""
+        code = getattr(exc, "code", ErrorCode.UNKNOWN)
+        reason = f"produce to {topic}-{partition} refused: {exc}"
+        self._storage_failures.failed((topic, partition), reason)
+        for produce in group:
+            self._refuse(produce, code, reason)
 
     def _acknowledge(self, produce, offset: int, next_offset: int) -> None:
         self._answer(messages.KIND_ACK, messages.encode_ack(produce.request_id, ErrorCode.NO_ERROR,

@@ -9,7 +9,9 @@ the supervisor and a wake-up pipe for signals, plus timers.
 
 Exit codes: 0 after a graceful stop (every log flushed and closed), 3 when a flush
 failed (the data's durability is in doubt: the supervisor respawns the worker, which
-recovers from what is on disk), 1 for anything unexpected.
+recovers from what is on disk), 4 when a partition log cannot be opened (a damaged
+directory recovery must not guess about: the message names it), 1 for anything
+unexpected.
 """
 
 import collections
@@ -18,6 +20,7 @@ import selectors
 import time
 
 from mpbroker.config import config_from_properties
+from mpbroker.errors import LogCorruptError, StorageError
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 EXIT_GRACEFUL = 0
 EXIT_CRASH = 1
 EXIT_FLUSH_FAILED = 3
+EXIT_LOG_REFUSED = 4
 HEARTBEAT_MS = 500
 FULL_RING_RETRY_S = 0.005  # re-try a full answer ring this often (a missed space wake-up costs no more)
 
@@ -95,7 +99,11 @@ class PartitionWorker:
         self.requests.attach_reader(discard=True)
         self.answers.attach_writer()
         self._beat(self._clock_ms())
-        self._open_logs()
+        try:
+            self._open_logs()
+        except (LogCorruptError, StorageError) as exc:
+            log.critical("cannot open the partition logs: %s", exc)
+            return EXIT_LOG_REFUSED
         self._make_timers(self._clock_ms())
         self.control.send("ready", slot=self.slot, partitions=len(self.logs))
         selector = selectors.DefaultSelector()
