@@ -2,12 +2,12 @@
 
     mpbroker-console-consumer --broker-list HOST:PORT[,..] --topic T [--partition P]
         [--from-beginning] [--offset N] [--max-messages N] [--timeout-ms N]
-        [--print-partition] [--print-offset]
+        [--print-partition] [--print-offset] [--strip-envelopes [--print-envelope]]
 
     mpbroker-console-consumer --zookeeper ZK [--group G]
         (--topic T | --whitelist REGEX | --blacklist REGEX)
         [--from-beginning] [--max-messages N] [--timeout-ms N] [--zk-timeout-ms N]
-        [--print-partition] [--print-offset]
+        [--print-partition] [--print-offset] [--strip-envelopes [--print-envelope]]
 
 With ``--broker-list``: reads every partition of the topic on every listed broker (or
 partition P of each) from the latest offset, the earliest (``--from-beginning``) or
@@ -26,6 +26,10 @@ latest offset (the earliest with ``--from-beginning``: ``autooffset.reset``).
 ``--timeout-ms``, SIGINT or SIGTERM -- the offsets of everything printed are
 committed, so a rerun with the same group goes on where this one stopped.
 
+``--strip-envelopes`` prints the payloads inside producers' audit envelopes
+(``clients.envelope``; other payloads as they are); ``--print-envelope`` adds
+``<created ms> <host>/<client>\\t`` (``-\\t`` for a message without one).
+
 Output: the payload, preceded by the partition and ``\\t`` with
 ``--print-partition`` and by ``<next offset>\\t`` with ``--print-offset``. Stops
 after ``--max-messages``, or once ``--timeout-ms`` passed without a new message.
@@ -35,6 +39,7 @@ no ZooKeeper server answered within ``--zk-timeout-ms`` (``--zookeeper``).
 """
 
 import argparse
+import itertools
 import logging
 import random
 import signal
@@ -47,6 +52,7 @@ from kazoo.exceptions import NoNodeError
 from clients.brokers import parse_broker_list
 from clients.consumer import SimpleConsumer
 from clients.consumer_settings import ConsumerSettings
+from clients.envelope import EnvelopeError
 from clients.errors import BrokerUnavailableError
 from clients.message_stream import ConsumerTimeoutError
 from clients.topic_filter import Blacklist, Whitelist
@@ -88,6 +94,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout-ms", type=int, help="stop after this long without a new message")
     parser.add_argument("--print-partition", action="store_true")
     parser.add_argument("--print-offset", action="store_true")
+    parser.add_argument("--strip-envelopes", action="store_true",
+                        help="print payloads without the producers' audit envelopes (others as they are)")
+    parser.add_argument("--print-envelope", action="store_true",
+                        help="with --strip-envelopes: prefix <created ms> <host>/<client> (- without an envelope)")
     parser.add_argument("--fetch-size", type=int, default=1024 * 1024)
     parser.add_argument("--zk-timeout-ms", type=int,
                         help=f"--zookeeper: give up when no server answered within this (default {ZK_TIMEOUT_MS})")
@@ -100,6 +110,8 @@ def _check_arguments(args) -> None:
         raise ValueError("--max-messages must be >= 0")
     if args.timeout_ms is not None and args.timeout_ms < 0:
         raise ValueError("--timeout-ms must be >= 0")
+    if args.print_envelope and not args.strip_envelopes:
+        raise ValueError("--print-envelope needs --strip-envelopes")
     if args.zookeeper is None:
         for name in ("group", "whitelist", "blacklist", "zk_timeout_ms"):
             if getattr(args, name) is not None:
@@ -169,7 +181,8 @@ def main(argv=None, stdout=None) -> int:
     try:
         plan = []
         for broker in brokers:
-            consumer = SimpleConsumer(broker.host, broker.port, fetch_size=args.fetch_size)
+            consumer = SimpleConsumer(broker.host, broker.port, fetch_size=args.fetch_size,
+                                      audit_envelope=args.strip_envelopes)
             consumers.append(consumer)
             plan.append((consumer, _streams(consumer, broker, args, len(brokers) > 1)))
         if all(stream.log_end == 0 for _, streams in plan for stream in streams):
@@ -179,7 +192,7 @@ def main(argv=None, stdout=None) -> int:
     except BrokerUnavailableError as exc:
         print(f"mpbroker-console-consumer: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except MPBrokerError as exc:
+    except (MPBrokerError, EnvelopeError) as exc:
         print(f"mpbroker-console-consumer: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:
@@ -214,12 +227,15 @@ def _consume(plan, args, out) -> int:
                         stream.fetch_size *= 2
                     continue
                 got_any = True
-                for payload, next_offset in zip(message_set.payloads, message_set.next_offsets):
+                envelopes = message_set.envelopes or itertools.repeat(None)
+                for payload, next_offset, envelope in zip(message_set.payloads, message_set.next_offsets, envelopes):
                     prefix = b""
                     if args.print_partition:
                         prefix += stream.label + b"\t"
                     if args.print_offset:
                         prefix += b"%d\t" % next_offset
+                    if args.print_envelope:
+                        prefix += _envelope_label(envelope)
                     out.write(prefix + payload + b"\n")
                     printed += 1
                     if args.max_messages is not None and printed >= args.max_messages:
@@ -251,7 +267,7 @@ def _group_settings(args, group: str):
         "autooffset.reset": "smallest" if args.from_beginning else "largest",
         "consumer.timeout.ms": poll_ms,  # the tool applies --timeout-ms itself, see _consume_group
         "zk.connectiontimeout.ms": zk_timeout_ms, "fetch.size": args.fetch_size,
-        "max.fetch.size": max(args.fetch_size, 64 * 1024 * 1024),
+        "max.fetch.size": max(args.fetch_size, 64 * 1024 * 1024), "audit.envelope": args.strip_envelopes,
     })
 
 
@@ -298,7 +314,7 @@ def _group_main(args, out) -> int:
         except ZK_ERRORS as exc:
             print(f"{PROG}: ZooKeeper failed: {exc!r}", file=sys.stderr)
             return EXIT_UNREACHABLE
-        except MPBrokerError as exc:
+        except (MPBrokerError, EnvelopeError) as exc:
             print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_FAILED
         finally:
@@ -354,6 +370,8 @@ def _consume_group(stream, args, out, stop) -> int:
                 prefix += b"%d-%d\t" % (message.broker_id, message.partition)
             if args.print_offset:
                 prefix += b"%d\t" % message.next_offset
+            if args.print_envelope:
+                prefix += _envelope_label(message.envelope)
             out.write(prefix + message.payload + b"\n")
             printed += 1
             now = last_message = time.monotonic()
@@ -364,6 +382,12 @@ def _consume_group(stream, args, out, stop) -> int:
     except BrokenPipeError:
         pass
     return EXIT_OK
+
+
+def _envelope_label(envelope) -> bytes:
+    if envelope is None:
+        return b"-\t"
+    return f"{envelope.created_ms} {envelope.host}/{envelope.client}\t".encode()
 
 
 def _random_group() -> str:

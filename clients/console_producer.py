@@ -2,10 +2,14 @@
 
     mpbroker-console-producer (--broker-list HOST:PORT[,..] | --zookeeper ZK) --topic T
         [--compression gzip|snappy] [--key-separator SEP] [--sync|--async] [--acks append|flush]
+        [--audit [--audit-window-ms N] [--audit-topic T]]
 
 ``--broker-list`` names the brokers; ``--zookeeper HOST:PORT[,..][/chroot]`` finds them
 in ZooKeeper instead (``zk.connect``: the live brokers and the topic's partitions,
 followed while the tool runs).
+
+``--audit`` stamps each line with an audit envelope (creation time, host, producer)
+and publishes the counts per window to the audit topic (``clients.producer_audit``).
 
 With ``--key-separator`` the text before the first separator is the message's key (it
 picks the partition and is not part of the message); a line without the separator
@@ -45,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="none: 0.7 fire-and-forget; append/flush: wait for the broker's acknowledgement")
     parser.add_argument("--batch-size", type=int, default=200, help="async: messages per batch")
     parser.add_argument("--queue-time-ms", type=int, default=1000, help="async: longest wait for a batch")
+    parser.add_argument("--audit", action="store_true",
+                        help="stamp each message with an audit envelope and publish audit events (audit.envelope)")
+    parser.add_argument("--audit-window-ms", type=int, default=60000, help="--audit: audit.window.ms (60000)")
+    parser.add_argument("--audit-topic", default="_audit", help="--audit: audit.topic (_audit)")
     parser.set_defaults(producer_type="async")
     return parser
 
@@ -66,6 +74,7 @@ def main(argv=None, stdin=None) -> int:
             **discovery, "producer.type": args.producer_type, "acks": args.acks,
             "compression.codec": args.compression, "batch.size": args.batch_size,
             "queue.time": args.queue_time_ms, "queue.enqueueTimeout.ms": -1,
+            "audit.envelope": args.audit, "audit.window.ms": args.audit_window_ms, "audit.topic": args.audit_topic,
         })
     except (ValueError, InvalidTopicError) as exc:
         print(f"mpbroker-console-producer: {exc}", file=sys.stderr)

@@ -11,6 +11,8 @@ whole message (a message larger than the fetch size), the fetch size doubles, up
 of the log it stops, or with ``follow=True`` polls for new data. An offset outside
 the log raises OffsetOutOfRangeError (with ``topic``, ``partition``, ``offset``),
 unless ``auto_offset_reset`` says to restart from the smallest or largest offset.
+With ``audit_envelope=True`` the payloads handed out are stripped of producers' audit
+envelopes (``clients.envelope``; other payloads pass through untouched).
 """
 
 import contextlib
@@ -19,6 +21,7 @@ from typing import NamedTuple
 
 from clients.brokers import probe_partition_count
 from clients.connection import BrokerConnection
+from clients.envelope import EnvelopeError, open_envelope
 from clients.errors import BrokerError, BrokerUnavailableError, error_for
 from mpbroker.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
 from mpbroker.protocol import requests as rq
@@ -32,12 +35,14 @@ EARLIEST_TIME = -2
 class MessageAndOffset(NamedTuple):
     payload: bytes
     next_offset: int  # the offset after this message: where to resume, what to commit
+    envelope: object = None  # audit_envelope=True: the stripped clients.envelope.Envelope, if there was one
 
 
 class MessageSet:
     """The whole messages of one fetch answer."""
 
-    __slots__ = ("topic", "partition", "offset", "error", "payloads", "next_offsets", "valid_bytes", "size")
+    __slots__ = ("topic", "partition", "offset", "error", "payloads", "next_offsets", "valid_bytes", "size",
+                 "envelopes")
 
     def __init__(self, topic: str, partition: int, offset: int, error: int, data):
         self.topic = topic
@@ -45,6 +50,7 @@ class MessageSet:
         self.offset = offset
         self.error = error
         self.size = len(data)
+        self.envelopes = None  # strip_envelopes(): an Envelope or None per message
         if error:
             self.payloads, self.next_offsets, self.valid_bytes = [], [], 0
         else:  # from bytes, so that every payload is bytes (one copy of the answer)
@@ -71,17 +77,37 @@ class MessageSet:
     def __len__(self) -> int:
         return len(self.payloads)
 
+    def strip_envelopes(self) -> "MessageSet":
+        """Replace each payload by the application's payload inside its audit envelope
+        (``clients.envelope``; a payload without one stays as it is) and list the
+        envelopes in ``envelopes``. A damaged envelope raises EnvelopeError with
+        ``topic``, ``partition`` and ``next_offset`` (where to resume after that message)."""
+        if self.envelopes is None:
+            opened = []
+            for payload, next_offset in zip(self.payloads, self.next_offsets):
+                try:
+                    opened.append(open_envelope(payload))
+                except EnvelopeError as exc:
+                    exc.topic, exc.partition, exc.next_offset = self.topic, self.partition, next_offset
+                    raise
+            self.payloads = [payload if env is None else env.payload for payload, env in zip(self.payloads, opened)]
+            self.envelopes = opened
+        return self
+
     def __iter__(self):
         self.check()
+        if self.envelopes is not None:
+            return map(MessageAndOffset, self.payloads, self.next_offsets, self.envelopes)
         return map(MessageAndOffset, self.payloads, self.next_offsets)
 
 
 class SimpleConsumer:
     def __init__(self, host: str, port: int, *, fetch_size: int = 1024 * 1024,
                  max_fetch_size: int = 64 * 1024 * 1024, socket_timeout_ms: int = 30000,
-                 connect_timeout_ms: int = 5000, backoff_increment_ms: int = 1000):
+                 connect_timeout_ms: int = 5000, backoff_increment_ms: int = 1000, audit_envelope: bool = False):
         if fetch_size <= 0 or max_fetch_size < fetch_size:
             raise ValueError("need 0 < fetch_size <= max_fetch_size")
+        self.audit_envelope = audit_envelope  # strip producers' audit envelopes from what it hands out
         self.host = host
         self.port = port
         self.fetch_size = fetch_size
@@ -101,7 +127,8 @@ class SimpleConsumer:
     def fetch(self, topic: str, partition: int, offset: int, max_size: int | None = None) -> MessageSet:
         frame = self._request(rq.encode_fetch(topic, partition, offset, max_size or self.fetch_size))
         error, data = rs.split_error(frame)
-        return MessageSet(topic, partition, offset, error, data).check()
+        message_set = MessageSet(topic, partition, offset, error, data).check()
+        return message_set.strip_envelopes() if self.audit_envelope else message_set
 
     def multifetch(self, fetches) -> list:
         """``fetches``: ``[(topic, partition, offset, max_size), ...]``; returns a MessageSet
@@ -111,8 +138,12 @@ class SimpleConsumer:
         answers = rs.decode_multifetch(self._request(rq.encode_multifetch(fetches)))
         if len(answers) != len(fetches):
             raise BrokerUnavailableError(f"multifetch of {len(fetches)} got {len(answers)} answers")
-        return [MessageSet(topic, partition, offset, error, data)
+        sets = [MessageSet(topic, partition, offset, error, data)
                 for (topic, partition, offset, _), (error, data) in zip(fetches, answers)]
+        if self.audit_envelope:
+            for message_set in sets:
+                message_set.strip_envelopes()
+        return sets
 
     def get_offsets_before(self, topic: str, partition: int, time_ms: int, max_offsets: int) -> list:
         """Offsets before ``time_ms`` (-1 latest, -2 earliest), newest first."""
@@ -182,7 +213,7 @@ class SimpleConsumer:
                         prefetched = True
                     except BrokerUnavailableError:
                         prefetched = False  # sent again at the top of the loop
-                    yield message_set
+                    yield message_set.strip_envelopes() if self.audit_envelope else message_set
                     idle_since = None
                     backoff = 0.0
                     continue

@@ -3,12 +3,15 @@
 Like ProducerSettings: a dict of properties and/or keyword arguments with ``_`` for
 ``.``; unknown keys are refused with the list of known ones. Defaults are 0.7's but
 for ``backoff.increment.ms`` (100 ms rather than 1 s between fetches that found
-nothing, for real-time consumers) and ``fetch.size`` (1 MiB, PROTOCOL.md).
+nothing, for real-time consumers) and ``fetch.size`` (1 MiB, PROTOCOL.md). Two are
+mpbroker's: ``autofinish.enable`` (false: a message counts as finished only when the
+application passes it to ``ConsumerConnector.mark_finished``, and every commit stores
+finished offsets only) and ``audit.envelope`` (strip producers' audit envelopes).
 """
 
 from dataclasses import dataclass
 
-from clients.settings import _int, build_settings
+from clients.settings import _int, build_settings, parse_bool
 from mpbroker.registry.layout import check_consumer_id, check_group
 
 OFFSET_RESETS = ("smallest", "largest")
@@ -34,6 +37,8 @@ class ConsumerSettings:
     consumer_timeout_ms: int = -1  # consumer.timeout.ms: -1 blocks for ever
     rebalance_retries_max: int = 4  # rebalance.retries.max
     rebalance_backoff_ms: int = 2000  # rebalance.backoff.ms
+    autofinish_enable: bool = True  # autofinish.enable: false = finished only through mark_finished()
+    audit_envelope: bool = False  # audit.envelope: hand out payloads without their audit envelope
 
     @classmethod
     def from_properties(cls, properties=None, **overrides) -> "ConsumerSettings":
@@ -60,5 +65,7 @@ class ConsumerSettings:
             if text not in ("true", "false"):
                 raise ValueError(f"autocommit.enable: {self.autocommit_enable!r} is neither true nor false")
             self.autocommit_enable = text == "true"
+        self.autofinish_enable = parse_bool("autofinish.enable", self.autofinish_enable)
+        self.audit_envelope = parse_bool("audit.envelope", self.audit_envelope)
         if self.autooffset_reset not in OFFSET_RESETS:
             raise ValueError(f"autooffset.reset: {self.autooffset_reset!r} is not smallest or largest")

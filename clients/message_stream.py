@@ -10,11 +10,20 @@ message being processed is delivered again rather than lost: at least once.
 ``commit_offsets()`` and ``shutdown()`` commit ``returned_offset``: everything
 handed out. A released PartitionTopicInfo stops handing out what is left of its
 chunks (the partition's new owner starts from the committed offset).
+
+With ``auto_finish=False`` (``autofinish.enable=false``) asking for the next message
+finishes nothing: the application says which messages are finished
+(``ConsumerConnector.mark_finished``), e.g. once another system acknowledged them.
+
+``EnvelopeStrippingStream`` (``audit.envelope=true``) hands out payloads without their
+audit envelope, with the envelope's fields in ``ConsumedMessage.envelope``.
 """
 
 import queue
 import threading
 from typing import NamedTuple
+
+from clients import envelope as envelopes
 
 
 class ConsumerTimeoutError(Exception):
@@ -27,6 +36,7 @@ class ConsumedMessage(NamedTuple):
     partition: int
     next_offset: int  # the offset after this message: where a restart resumes
     payload: bytes
+    envelope: object = None  # audit.envelope: the stripped clients.envelope.Envelope (None: there was none)
 
 
 class PartitionTopicInfo:
@@ -57,8 +67,9 @@ class MessageStream:
     """Iterate ConsumedMessage; blocks for new messages (up to ``consumer.timeout.ms``);
     ends (StopIteration) once the connector shut down."""
 
-    def __init__(self, chunk_queue_size: int, timeout_ms: int = -1):
+    def __init__(self, chunk_queue_size: int, timeout_ms: int = -1, auto_finish: bool = True):
         self.queue = queue.Queue(chunk_queue_size)
+        self._auto_finish = auto_finish
         self._timeout = None if timeout_ms < 0 else timeout_ms / 1000
         self._info = None
         self._payloads = ()
@@ -84,7 +95,8 @@ class MessageStream:
                     self._position = position + 1
                     next_offset = self._offsets[position]
                     info.returned_offset = next_offset
-                    self._finished = (info, next_offset)
+                    if self._auto_finish:
+                        self._finished = (info, next_offset)
                     return ConsumedMessage(info.topic, info.partition.broker_id, info.partition.partition,
                                            next_offset, self._payloads[position])
                 if self._ended:
@@ -112,3 +124,16 @@ class MessageStream:
         """Wake the iterating thread and end the iteration."""
         self.clear()
         self.queue.put(_SHUTDOWN)
+
+
+class EnvelopeStrippingStream(MessageStream):
+    """A MessageStream whose messages come without their audit envelope (a payload
+    without one passes through, ``envelope`` None); a damaged envelope raises
+    ``clients.envelope.EnvelopeError`` (the message counts as handed out)."""
+
+    def __next__(self) -> ConsumedMessage:
+        message = super().__next__()
+        opened = envelopes.open_envelope(message.payload)
+        if opened is None:
+            return message
+        return message._replace(payload=opened.payload, envelope=opened)

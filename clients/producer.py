@@ -19,6 +19,10 @@ The brokers and a topic's (broker, partition) pairs come from a static ``broker.
 ``zk.connect``, from ZooKeeper (``zk_brokers.ZkBrokerPartitions``: kept current by
 watches, so brokers that join are used and brokers that leave drop out). A broker's
 connection is made when it is first used.
+
+With ``audit.envelope=true`` every message is stamped with its creation time, host and
+producer, and the delivered messages are counted per window and published to the
+audit topic (``producer_audit``); without it nothing of that runs.
 """
 
 import logging
@@ -33,6 +37,7 @@ from clients.callbacks import load_callbacks
 from clients.connection import BrokerConnection
 from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
 from clients.partitioner import default_partitioner, load_partitioner
+from clients.producer_audit import ProducerAuditor
 from clients.settings import ProducerSettings
 from clients.zk_brokers import ZkBrokerPartitions
 from mpbroker.errors import ErrorCode, MessageSizeTooLargeError
@@ -99,6 +104,7 @@ class Producer:
         self.settings = settings = ProducerSettings.from_properties(properties, **overrides)
         self._partition_for = load_partitioner(settings.partitioner_class)
         self.callbacks = load_callbacks(settings.callback_handler)
+        self.auditor = None  # audit.envelope: stamps, counts and publishes (clients.producer_audit)
         self._connections = {}  # broker id -> (lock, BrokerConnection), made on first use
         self._connections_lock = threading.Lock()
         if settings.zk_connect:  # after the checks that can refuse a setting: no session left open
@@ -115,6 +121,8 @@ class Producer:
         self._checked_topics = {}  # as given -> checked str
         self._closed = False
         self._sender = AsyncSender(self) if settings.producer_type == "async" else None
+        if settings.audit_envelope:
+            self.auditor = self.callbacks = ProducerAuditor(settings, self.callbacks)
 
     # --- public -----------------------------------------------------------------
 
@@ -167,6 +175,8 @@ class Producer:
         self._closed = True
         if self._sender is not None and not self._sender.close(timeout):
             return False
+        if self.auditor is not None:
+            self.auditor.close()  # after the queue was delivered: publishes every count
         for lock, connection in list(self._connections.values()):
             with lock:
                 connection.close()
@@ -184,6 +194,12 @@ class Producer:
     def partitions_for(self, topic: str) -> list:
         """The (broker id, partition) pairs ``topic`` is spread over."""
         return self._metadata.partitions(topic)
+
+    def is_bootstrapping(self, topic: str) -> bool:
+        """True while no broker has registered ``topic`` in ZooKeeper (``zk.connect``):
+        its messages then go to partition 0 of each live broker (0.7's bootstrap)."""
+        registered = getattr(self._metadata, "is_registered", None)
+        return registered is not None and not registered(topic)
 
     # --- delivery (sync callers and the async sender) ----------------------------
 

@@ -7,7 +7,9 @@ Unknown keys are refused with the list of known ones; values are checked and typ
 
 from dataclasses import dataclass, fields
 
+from mpbroker.errors import InvalidTopicError
 from mpbroker.segments.message import codec_from_name
+from mpbroker.segments.naming import check_topic
 
 ACKS = ("none", "append", "flush")
 _ALIASES = {"queue.enqueueTimeout.ms": "queue_enqueue_timeout_ms"}  # 0.7's spelling
@@ -21,6 +23,16 @@ def _int(name: str, value, minimum=None) -> int:
     if minimum is not None and number < minimum:
         raise ValueError(f"{name}: {number} is below the minimum {minimum}")
     return number
+
+
+def parse_bool(name: str, value) -> bool:
+    """``true``/``false`` (any case) or a bool."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise ValueError(f"{name}: {value!r} is neither true nor false")
+    return text == "true"
 
 
 def _merge(properties, overrides) -> dict:
@@ -68,6 +80,9 @@ class ProducerSettings:
     socket_timeout_ms: int = 30000  # socket.timeout.ms
     callback_handler: object = None  # callback.handler: hooks around a batch (object or dotted name)
     topic_metadata_refresh_ms: int = 60000  # broker.list: how long a probed partition list is trusted
+    audit_envelope: bool = False  # audit.envelope: stamp messages (clients.envelope), publish audit events
+    audit_topic: str = "_audit"  # audit.topic: where the audit events go
+    audit_window_ms: int = 60000  # audit.window.ms: the window the events count messages in
 
     @classmethod
     def from_properties(cls, properties=None, **overrides) -> "ProducerSettings":
@@ -93,6 +108,12 @@ class ProducerSettings:
         self.queue_enqueue_timeout_ms = _int("queue.enqueueTimeout.ms", self.queue_enqueue_timeout_ms, -1)
         if self.batch_size < 1 or self.queue_size < 1:
             raise ValueError("batch.size and queue.size must be at least 1")
+        self.audit_envelope = parse_bool("audit.envelope", self.audit_envelope)
+        self.audit_window_ms = _int("audit.window.ms", self.audit_window_ms, 1)
+        try:
+            self.audit_topic = check_topic(self.audit_topic)
+        except InvalidTopicError as exc:
+            raise ValueError(f"audit.topic: {exc}") from None
 
     def compresses(self, topic: str) -> int:
         """The codec for ``topic``: ``compression.codec``, limited to ``compressed.topics``."""

@@ -180,6 +180,14 @@ class ZkBrokerPartitions:
             raise BrokerUnavailableError(f"no broker is registered in ZooKeeper at {self.zk_connect}")
         return pairs
 
+    def is_registered(self, topic: str) -> bool:
+        """True once a live broker has registered ``topic`` (``partitions`` then lists
+        every partition instead of the bootstrap's partition 0 of each broker)."""
+        self.partitions(topic)  # follows the topic from now on
+        with self._lock:
+            brokers = self._brokers
+            return any(p.broker_id in brokers for p in self._registered.get(topic, ()))
+
     def invalidate_all(self) -> None:
         """After a broker failed: nothing to forget, the watches keep the lists current
         (a broker that died stays listed until its ZooKeeper session expires)."""

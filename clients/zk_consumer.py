@@ -22,7 +22,9 @@ What it does, in PROTOCOL.md's layout and algorithm:
 - commits offsets to ``/consumers/<group>/offsets`` every ``autocommit.interval.ms``
   and on every rebalance (what the user finished with: at least once, see
   ``clients.message_stream``), on ``commit_offsets()`` and on ``shutdown()``
-  (everything handed out).
+  (everything handed out). With ``autofinish.enable=false`` the application marks
+  what it finished (``mark_finished``) and every commit stores only that: a mirror
+  marks a batch once the target cluster acknowledged it.
 
 ZooKeeper calls are made only while connected; while ZooKeeper is away the fetchers
 go on with the partitions already owned and commits wait.
@@ -37,11 +39,12 @@ from kazoo.protocol.states import KazooState
 
 from clients.consumer_settings import ConsumerSettings
 from clients.fetcher import BrokerFetcher
-from clients.message_stream import MessageStream, PartitionTopicInfo
+from clients.message_stream import EnvelopeStrippingStream, MessageStream, PartitionTopicInfo
 from clients.rebalance import assign_range
 from clients.topic_filter import TopicFilter
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.registry import layout
+from mpbroker.registry.layout import PartitionId
 from mpbroker.registry.zk_client import ZK_ERRORS, close_client, start_client
 from mpbroker.segments.naming import check_topic
 
@@ -111,7 +114,9 @@ class ConsumerConnector:
         return list(self._filter_streams)
 
     def _new_stream(self) -> MessageStream:
-        return MessageStream(self.settings.queuedchunks_max, self.settings.consumer_timeout_ms)
+        settings = self.settings
+        stream_class = EnvelopeStrippingStream if settings.audit_envelope else MessageStream
+        return stream_class(settings.queuedchunks_max, settings.consumer_timeout_ms, settings.autofinish_enable)
 
     def _streams(self) -> list:
         return [*self._filter_streams, *(s for streams in self._topic_streams.values() for s in streams)]
@@ -145,14 +150,38 @@ class ConsumerConnector:
                 owned.setdefault(topic, []).append(partition)
             return owned
 
+    def finished_offsets(self) -> dict:
+        """``{(topic, PartitionId): offset}``: for each owned partition, the offset after
+        the last finished message (what the next commit stores)."""
+        return {key: info.done_offset for key, info in list(self._owned.items())}
+
+    def mark_finished(self, messages) -> None:
+        """``autofinish.enable=false``: the application is done with ``messages`` (and,
+        per partition, with every message before them it was handed). Each owned
+        partition's finished offset moves to the last of its messages; a message of a
+        partition this consumer no longer owns is ignored (its new owner starts at the
+        committed offset, so it is delivered again rather than lost)."""
+        latest = {}
+        for message in messages:
+            key = (message.topic, message.broker_id, message.partition)
+            if message.next_offset > latest.get(key, -1):
+                latest[key] = message.next_offset
+        owned = self._owned
+        for (topic, broker_id, partition), offset in latest.items():
+            info = owned.get((topic, PartitionId(broker_id, partition)))
+            if info is not None and offset > info.done_offset:
+                info.done_offset = offset
+
     def commit_offsets(self) -> None:
-        """Store the offset after the last message handed out, for every owned partition."""
+        """Store the offset after the last message handed out, for every owned partition
+        (with ``autofinish.enable=false``: after the last finished one)."""
         with self._lock:
             self._commit(returned=True)
 
     def shutdown(self) -> None:
-        """Stop fetching, commit what was handed out, release the partitions, leave
-        the group; the streams end (StopIteration)."""
+        """Stop fetching, commit what was handed out (``autofinish.enable=false``: what
+        was finished), release the partitions, leave the group; the streams end
+        (StopIteration)."""
         if self._closed.is_set():
             return
         self._closed.set()
@@ -391,6 +420,7 @@ class ConsumerConnector:
 
     def _commit(self, returned: bool) -> None:
         client = self._client
+        returned = returned and self.settings.autofinish_enable
         for (topic, partition), info in list(self._owned.items()):
             offset = info.returned_offset if returned else info.done_offset
             if offset < 0 or offset <= info.committed_offset:
