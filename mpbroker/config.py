@@ -8,6 +8,7 @@ derived from it (``partitions_for``, ``log_config_for``). Every refusal is a
 unknown, or known from Kafka 0.7 but without effect here, only produce warnings.
 """
 
+import grp
 import os
 import re
 from dataclasses import dataclass, fields
@@ -177,6 +178,12 @@ KEYS = (
     Key("max.inflated.request.bytes", "int", "104857600",
         "bytes all compressed messages of one request may inflate to", minimum=1024),
     Key("max.connections", "int", "10000", "client connections open at once", minimum=1),
+    Key("connections.max.idle.ms", "int", "600000",
+        "milliseconds a client connection may go without a byte received or sent before it is closed; 0 means never",
+        minimum=0),
+    Key("max.queued.responses", "int", "1000",
+        "answers waiting to be sent on one connection (a MULTIFETCH counts per partition) before it is not read",
+        minimum=1),
     Key("enable.zookeeper", "bool", "false", "register the broker and its topics in ZooKeeper"),
     Key("zk.connect", "str", "", "ZooKeeper connect string, e.g. zk1:2181,zk2:2181; required with enable.zookeeper"),
     Key("zk.connectiontimeout.ms", "int", "6000", "milliseconds to wait for a ZooKeeper connection", minimum=1),
@@ -189,6 +196,8 @@ KEYS = (
     Key("worker.heartbeat.timeout.ms", "int", "30000", "milliseconds of worker silence before it is restarted",
         minimum=1000),
     Key("control.socket", "str", "", f"path of the control unix socket; empty means <log.dir>/{CONTROL_SOCKET_NAME}"),
+    Key("control.socket.group", "str", "",
+        "group (name or id) that may use the control socket too (mode 0660); empty means only the broker's user"),
     Key("log.level", "str", "INFO", "logging level: DEBUG, INFO, WARNING or ERROR",
         choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Key("metrics.enable", "bool", "false", "serve Prometheus metrics over HTTP at metrics.host:metrics.port"),
@@ -328,6 +337,17 @@ def _check_zookeeper(config: "BrokerConfig") -> None:
         )
 
 
+def group_id(group: str) -> int:
+    """The id of a group given by number or by name; ConfigError for a name that is
+    not a group here (a number is taken as it is, like chgrp does)."""
+    if group.isdigit() and int(group) < 0xFFFFFFFF:
+        return int(group)
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ConfigError(f"control.socket.group: {group!r} is not a group on this machine") from None
+
+
 # --------------------------------------------------------------------------------------
 # The configuration
 # --------------------------------------------------------------------------------------
@@ -362,6 +382,8 @@ class BrokerConfig:
     max_socket_request_bytes: int
     max_inflated_request_bytes: int
     max_connections: int
+    connections_max_idle_ms: int
+    max_queued_responses: int
     enable_zookeeper: bool
     zk_connect: str
     zk_connectiontimeout_ms: int
@@ -370,6 +392,7 @@ class BrokerConfig:
     ring_buffer_bytes: int
     worker_heartbeat_timeout_ms: int
     control_socket: str
+    control_socket_group: str
     log_level: str
     metrics_enable: bool
     metrics_host: str
@@ -382,6 +405,8 @@ class BrokerConfig:
             if key.kind == "map":  # a copy, so the caller's dict cannot change the config
                 object.__setattr__(self, key.attribute, dict(value))
         _check_zookeeper(self)
+        if self.control_socket_group:
+            group_id(self.control_socket_group)
 
     def partitions_for(self, topic: str) -> int:
         return self.topic_partition_count_map.get(topic, self.num_partitions)

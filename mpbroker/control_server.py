@@ -1,7 +1,10 @@
 """The supervisor's control socket, which ``mpbroker-ctl`` talks to.
 
-A unix stream socket (mode 0600: only the broker's user) under ``log.dir`` unless
-``control.socket`` says otherwise. One request per connection: a JSON line
+A unix stream socket under ``log.dir`` unless ``control.socket`` says otherwise, mode
+0600 (only the broker's user), or 0660 with ``control.socket.group`` as its group (the
+group's members also need search permission on the directories above it). The socket
+is created 0600 and opened to the group only after its group was set, so nobody else
+can connect in between. One request per connection: a JSON line
 ``{"command": ...}`` in, a JSON line out. The supervisor's loop owns the listening
 socket; ``handle`` runs the command through a callback and writes the answer.
 """
@@ -10,6 +13,8 @@ import json
 import logging
 import os
 import socket
+
+from mpbroker.config import group_id
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +26,7 @@ class ControlServerError(Exception):
 
 
 class ControlServer:
-    def __init__(self, path: str):
+    def __init__(self, path: str, group: str = ""):
         self.path = path
         if len(os.fsencode(path)) >= 108:
             raise ControlServerError(f"control socket path {path!r} is too long for a unix socket (max 107 bytes)")
@@ -33,6 +38,9 @@ class ControlServer:
         finally:
             os.umask(old_umask)
         os.chmod(path, 0o600)
+        if group:
+            os.chown(path, -1, group_id(group))
+            os.chmod(path, 0o660)
         self.sock.listen(16)
         self.sock.setblocking(False)
 

@@ -63,7 +63,7 @@ RELOADABLE = {
     "log.default.flush.interval.ms", "topic.flush.intervals.ms", "log.retention.hours",
     "topic.log.retention.hours", "log.retention.size", "log.cleanup.interval.mins", "log.roll.hours",
     "log.file.size", "max.message.size", "max.inflated.request.bytes", "log.level",
-    "worker.heartbeat.timeout.ms", "max.connections",
+    "worker.heartbeat.timeout.ms", "max.connections", "connections.max.idle.ms", "max.queued.responses",
 }
 
 SHORT_ROLES = {"acceptor": "acc", "registrar": "zk", "metrics": "metrics"}
@@ -156,7 +156,7 @@ class Supervisor:
         self.listen_port = self.listener.getsockname()[1]
         self.metrics_listener = self._listen_for_metrics() if self.metrics else None
         try:
-            self.control_server = ControlServer(config.control_socket_path)
+            self.control_server = ControlServer(config.control_socket_path, config.control_socket_group)
         except OSError as exc:
             raise StartupError(f"cannot create the control socket {config.control_socket_path}: {exc}") from exc
         except Exception as exc:

@@ -2,6 +2,7 @@
 settings, loading from a file with overrides, and the round trip through strings."""
 
 import dataclasses
+import grp
 import os
 
 import pytest
@@ -11,6 +12,7 @@ from mpbroker.config import (
     BrokerConfig,
     ConfigError,
     config_from_properties,
+    group_id,
     load_config,
     parse_properties,
 )
@@ -125,6 +127,8 @@ EXPECTED_DEFAULTS = {
     "max_socket_request_bytes": 104857600,
     "max_inflated_request_bytes": 104857600,
     "max_connections": 10000,
+    "connections_max_idle_ms": 600000,
+    "max_queued_responses": 1000,
     "enable_zookeeper": False,
     "zk_connect": "",
     "zk_connectiontimeout_ms": 6000,
@@ -133,6 +137,7 @@ EXPECTED_DEFAULTS = {
     "ring_buffer_bytes": 8388608,
     "worker_heartbeat_timeout_ms": 30000,
     "control_socket": "",
+    "control_socket_group": "",
     "log_level": "INFO",
     "metrics_enable": False,
     "metrics_host": "",
@@ -164,6 +169,14 @@ def test_every_key_has_one_line_of_help_and_matches_an_attribute():
 def test_control_socket_defaults_into_log_dir():
     assert config_with(log_dir="/data/kafka").control_socket_path == "/data/kafka/mpbroker.sock"
     assert config_with(control_socket="/run/mp.sock").control_socket_path == "/run/mp.sock"
+
+
+def test_control_socket_group_is_a_known_name_or_a_number():
+    root_group = grp.getgrgid(0).gr_name
+    assert group_id(config_with(control_socket_group=root_group).control_socket_group) == 0
+    assert group_id(config_with(control_socket_group="4242").control_socket_group) == 4242
+    with pytest.raises(ConfigError, match="control.socket.group: 'no-such-group' is not a group"):
+        config_with(control_socket_group="no-such-group")
 
 
 # --------------------------------------------------------------------------------------

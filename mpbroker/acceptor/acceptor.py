@@ -7,6 +7,14 @@ ring publish, one eventfd wake-up per publish), and sends answers back in reques
 order. It takes orders from the supervisor over its control channel: a worker went
 down or came up, stop, reload.
 
+Hostile and careless clients are bounded: a connection with ``max.queued.responses``
+answers waiting to be sent is not read until its client has read half of them; one
+where no byte moved either way for ``connections.max.idle.ms`` is closed (unless it
+waits for a worker); beyond ``max.connections`` (or when the process runs out of file
+descriptors) new connections are closed or wait in the backlog, with a log line. A
+request that raises anything unexpected closes its own connection, with the
+traceback in the log, instead of taking every other connection down with the process.
+
 Graceful stop: close the listener, stop reading, hand every queued produce to the
 rings, wait (bounded) until acknowledged produces are answered and answers are sent,
 then close and exit 0.
@@ -29,7 +37,7 @@ from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
-from mpbroker.protocol.framing import MalformedRequestError
+from mpbroker.protocol.framing import READ_CHUNK, MalformedRequestError
 from mpbroker.segments.log import wall_clock_ms
 
 log = logging.getLogger(__name__)
@@ -38,6 +46,8 @@ HEARTBEAT_MS = 500
 ACCEPTS_PER_WAKEUP = 64
 STOP_TIMEOUT_S = 10.0
 FULL_RING_RETRY_S = 0.005
+ACCEPT_BACKOFF_S = 0.1  # out of file descriptors: stop accepting for this long
+MAX_IDLE_SWEEP_INTERVAL_S = 1.0
 
 
 class Acceptor:
@@ -63,6 +73,10 @@ class Acceptor:
         self._stop_deadline = None
         self._last_refusal_log = 0.0
         self._wakeup_read = -1
+        self._scratch = bytearray(READ_CHUNK)  # every connection receives into it (FrameReader)
+        self._now = time.monotonic()  # when the current loop iteration began
+        self._next_beat = self._next_idle_sweep = self._next_timer = self._now  # timers, in time.monotonic()
+        self._accept_again_at = None  # set while accepting is paused (out of file descriptors)
 
     # --- setup ------------------------------------------------------------------
 
@@ -79,10 +93,16 @@ class Acceptor:
         self.selector.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
         self.selector.register(self._wakeup_read, selectors.EVENT_READ, ("signal", None))
         log.info("accepting connections on %s:%d", *self.listener.getsockname()[:2])
-        next_beat = 0
         while not self._finished():
-            timeout = FULL_RING_RETRY_S if self.router.pending_outboxes else HEARTBEAT_MS / 1000
-            for key, mask in self.selector.select(timeout):
+            if self._to_send:
+                timeout = 0
+            elif self.router.pending_outboxes:
+                timeout = FULL_RING_RETRY_S
+            else:
+                timeout = self._next_timer - self._now
+            events = self.selector.select(timeout)
+            self._now = now = time.monotonic()
+            for key, mask in events:
                 kind, target = key.data
                 if kind == "connection":
                     if mask & selectors.EVENT_READ:
@@ -101,15 +121,24 @@ class Acceptor:
                     self._on_signal()
             self.router.flush_outboxes()
             self._send_ready()
-            now = wall_clock_ms()
-            if now >= next_beat:
-                self.slots.beat(self.slot, now)
-                next_beat = now + HEARTBEAT_MS
+            if now >= self._next_timer:
+                self._run_timers(now)
         for connection in list(self.connections.values()):
             self._close(connection, None)
         self.files.close()
         log.info("stopped")
         return 0
+
+    def _run_timers(self, now: float) -> None:
+        """Whatever is due of the heartbeat, the idle sweep and accepting again."""
+        if now >= self._next_beat:
+            self.slots.beat(self.slot, wall_clock_ms())
+            self._next_beat = now + HEARTBEAT_MS / 1000
+        if now >= self._next_idle_sweep:
+            self._close_idle_connections()
+        if self._accept_again_at is not None and now >= self._accept_again_at:
+            self._resume_accepting()
+        self._next_timer = min(self._next_beat, self._next_idle_sweep, self._accept_again_at or self._next_beat)
 
     # --- connections ------------------------------------------------------------
 
@@ -122,7 +151,9 @@ class Acceptor:
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     self.counters[CONNECTIONS_REFUSED] += 1
-                    self._log_refusal(f"cannot accept a connection: {exc.strerror}")
+                    self._log_refusal(f"cannot accept a connection: {exc.strerror}; "
+                                      f"accepting again in {ACCEPT_BACKOFF_S}s")
+                    self._pause_accepting()  # the listener stays readable: do not spin on it
                     return
                 raise
             if len(self.connections) >= self.config.max_connections:
@@ -133,11 +164,40 @@ class Acceptor:
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._accepted += 1
-            connection = Connection(sock, peer, self.config.max_socket_request_bytes, self._accepted, self.counters)
+            connection = Connection(sock, peer, self.config.max_socket_request_bytes, self._accepted, self.counters,
+                                    self._scratch, self._now)
             self.connections[connection.fd] = connection
             self.counters[CONNECTIONS_ACCEPTED] += 1
             self.counters[CONNECTIONS_OPEN] = len(self.connections)
             self.selector.register(sock, selectors.EVENT_READ, ("connection", connection))
+
+    def _pause_accepting(self) -> None:
+        self.selector.unregister(self.listener)
+        self._accept_again_at = self._now + ACCEPT_BACKOFF_S
+        self._next_timer = min(self._next_timer, self._accept_again_at)
+
+    def _resume_accepting(self) -> None:
+        self._accept_again_at = None
+        if not self._stopping:
+            self.selector.register(self.listener, selectors.EVENT_READ, ("listener", None))
+
+    def _close_idle_connections(self) -> None:
+        """Close connections where nothing moved for connections.max.idle.ms, unless
+        the broker itself keeps them waiting (a worker's answer or queue)."""
+        idle_ms = self.config.connections_max_idle_ms
+        if not idle_ms:  # never: look again later, in case a reload sets it
+            self._next_idle_sweep = self._now + MAX_IDLE_SWEEP_INTERVAL_S
+            return
+        self._next_idle_sweep = self._now + min(MAX_IDLE_SWEEP_INTERVAL_S, max(0.01, idle_ms / 4000))
+        cutoff = self._now - idle_ms / 1000
+        idle = [connection for connection in self.connections.values()
+                if connection.last_active < cutoff and not connection.awaiting_worker]
+        for connection in idle:
+            self._close(connection, None)
+        if idle:
+            shown = ", ".join(repr(connection) for connection in idle[:3]) + (", ..." if len(idle) > 3 else "")
+            log.info("closed %d connections idle for more than %d ms (connections.max.idle.ms): %s",
+                     len(idle), idle_ms, shown)
 
     def _log_refusal(self, message: str) -> None:
         now = time.monotonic()
@@ -159,12 +219,17 @@ class Acceptor:
             self._close(connection, None)
             return
         connection.reader.commit(received)
+        connection.last_active = self._now
         self.counters[BYTES_RECEIVED] += received
         self._process_frames(connection)
 
     def _process_frames(self, connection) -> None:
+        max_queued = self.config.max_queued_responses
         try:
             while not connection.paused and not connection.closed:
+                if connection.queued >= max_queued:
+                    connection.throttled = True  # read on once the client has read half
+                    break
                 frame = connection.reader.next_frame()
                 if frame is None:
                     break
@@ -173,11 +238,18 @@ class Acceptor:
             self.counters[MALFORMED_REQUESTS] += 1
             self._close(connection, f"malformed request: {exc}")
             return
+        except Exception:  # a bug: lose this connection, not every connection
+            log.exception("unexpected error handling a request of %r", connection)
+            self._close(connection, "unexpected error (see above)")
+            return
+        finally:
+            if not connection.closed:
+                connection.reader.detach()  # before another connection receives into the scratch buffer
         if connection.closed:
             return
         if connection.responses:
             self._to_send.add(connection)
-        if connection.paused:
+        if connection.paused or connection.throttled:
             self._update_interest(connection)
 
     def _resume(self, connection) -> None:
@@ -195,21 +267,29 @@ class Acceptor:
         for connection in to_send:
             if connection.closed:
                 continue
+            sent_before = connection.bytes_sent
             try:
                 done = connection.send()
             except OSError as exc:
                 self._close(connection, f"send failed: {exc}")
                 continue
+            if connection.bytes_sent != sent_before:
+                connection.last_active = self._now
             if done and connection.closing and connection.idle:
                 self._close(connection, None)
                 continue
             if connection.wants_write != (not done):
                 connection.wants_write = not done
                 self._update_interest(connection)
+            if connection.throttled and connection.queued <= self.config.max_queued_responses // 2:
+                connection.throttled = False
+                self._resume(connection)
 
     def _update_interest(self, connection) -> None:
+        if connection.closed:  # e.g. resumed, then closed for a malformed frame it had sent meanwhile
+            return
         events = 0
-        if not connection.paused and not connection.closing and not self._stopping:
+        if not (connection.paused or connection.throttled or connection.closing or self._stopping):
             events |= selectors.EVENT_READ
         if connection.wants_write:
             events |= selectors.EVENT_WRITE
@@ -270,7 +350,7 @@ class Acceptor:
         try:
             self.selector.unregister(self.listener)
         except (KeyError, ValueError):
-            pass
+            pass  # not registered: accepting was paused
         self.listener.close()
         for connection in list(self.connections.values()):
             connection.closing = True

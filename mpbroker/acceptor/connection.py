@@ -6,6 +6,13 @@ acknowledgements become ready when the worker answers. Output goes in queue orde
 runs of ready byte buffers with one ``sendmsg`` (``MSG_MORE`` when file data
 follows), file extents with ``os.sendfile`` straight from the segment file. A partial
 send keeps its place and continues when the socket is writable again.
+
+Bounds against hostile clients: ``queued`` counts the answers queued and not yet sent
+(a MULTIFETCH answer once per partition), so the acceptor can stop reading from a
+client that sends requests without reading the answers (``max.queued.responses``);
+``last_active`` is when bytes last moved either way (``connections.max.idle.ms``).
+Receive buffers come from the acceptor's shared scratch buffer (``FrameReader``), so
+an idle connection holds none.
 """
 
 import os
@@ -14,6 +21,8 @@ from collections import deque
 
 from mpbroker.ipc.counters import BYTES_SENT
 from mpbroker.protocol.framing import FrameReader
+
+REQUEST_TYPE_BYTES = 2  # the least a request frame holds
 
 _MAX_IOV = 64
 
@@ -48,22 +57,27 @@ class Response:
 
 
 class Connection:
-    __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "paused", "closing", "closed",
-                 "wants_write", "number", "counters")
+    __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "queued", "paused", "throttled", "closing",
+                 "closed", "wants_write", "number", "counters", "bytes_sent", "last_active")
 
-    def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int, counters):
+    def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int, counters, scratch: bytearray,
+                 now: float):
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
-        self.reader = FrameReader(max_frame_bytes)
+        self.reader = FrameReader(max_frame_bytes, scratch=scratch, min_frame_bytes=REQUEST_TYPE_BYTES)
         self.responses = deque()  # in request order; the head may still wait for a worker
         self.output = deque()  # parts of ready responses, in order: bytes or FileChunk
+        self.queued = 0  # answers queued and not yet sent (a MULTIFETCH counts per partition)
         self.paused = False  # not reading: a worker's queue is over its limit
+        self.throttled = False  # not reading: too many answers wait until the client reads them
         self.closing = False  # close once the queued responses are out
         self.closed = False
         self.wants_write = False  # registered for EVENT_WRITE
         self.number = number
         self.counters = counters  # the acceptor's CounterTable row (bytes sent)
+        self.bytes_sent = 0
+        self.last_active = now  # time.monotonic() of the last byte received or sent
 
     def __repr__(self) -> str:
         return f"connection #{self.number} from {self.peer}"
@@ -71,15 +85,23 @@ class Connection:
     def reserve(self) -> Response:
         response = Response()
         self.responses.append(response)
+        self.queued += 1
         return response
 
-    def respond(self, parts) -> None:
+    def respond(self, parts, answers: int = 1) -> None:
         self.responses.append(Response(parts))
+        self.queued += answers
 
     @property
     def idle(self) -> bool:
         """Nothing queued: every answer went out and none is awaited."""
         return not self.responses and not self.output
+
+    @property
+    def awaiting_worker(self) -> bool:
+        """The broker owes this client: its next answer waits for a worker, or its
+        requests wait for room in a worker's queue."""
+        return self.paused or bool(self.responses and not self.responses[0].ready)
 
     def send(self) -> bool:
         """Send what is ready, in order; True if nothing ready is left waiting for the
@@ -96,6 +118,7 @@ class Connection:
                 output.popleft()
             elif not self._send_buffers(output):
                 return False
+        self.queued = len(responses)  # what is left waits for a worker
         return True
 
     def _send_buffers(self, output) -> bool:
@@ -114,6 +137,7 @@ class Connection:
         except (BlockingIOError, InterruptedError):
             return False
         self.counters[BYTES_SENT] += sent
+        self.bytes_sent += sent
         for buffer in buffers:
             if sent >= len(buffer):
                 sent -= len(buffer)
@@ -134,6 +158,7 @@ class Connection:
             chunk.position += sent
             chunk.remaining -= sent
             self.counters[BYTES_SENT] += sent
+            self.bytes_sent += sent
         return True
 
     def close(self) -> None:

@@ -4,6 +4,11 @@ Fetch, MULTIFETCH and OFFSETS are answered here from the segment files. Produce
 requests are checked (topic name, partition range; partition -1 picks one at random)
 and routed to the owning worker; the worker validates the messages. A bad 0.7
 produce closes the connection, as 0.7 did; PRODUCE_ACKED gets an error code instead.
+
+Answer sizes are int32 on the wire: a fetch sends at most ``MAX_ANSWER_PAYLOAD``
+bytes, and a MULTIFETCH whose parts together would exceed that gets its later parts
+shortened (to nothing, if need be), as a fetch may always answer with less than
+asked for.
 """
 
 import logging
@@ -32,6 +37,7 @@ from mpbroker.acceptor.connection import FileChunk
 
 log = logging.getLogger(__name__)
 
+MAX_ANSWER_PAYLOAD = (1 << 31) - 1 - 2  # an answer's int32 size counts its 2-byte error code too
 _MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH}
 _INT16 = struct.Struct(">h")
 _PRODUCE_TAIL = struct.Struct(">ii")  # partition, set size
@@ -68,7 +74,7 @@ class RequestHandlers:
         elif kind is ProduceAckedRequest:
             self._produce_acked(connection, request)
         elif kind is MultiFetchRequest:
-            connection.respond(self._multifetch_parts(request.fetches))
+            connection.respond(self._multifetch_parts(request.fetches), len(request.fetches))
         elif kind is OffsetsRequest:
             connection.respond([self._offsets(request)])
         elif kind is MultiProduceRequest:
@@ -160,14 +166,24 @@ class RequestHandlers:
         return self._files.fetch(topic, partition, offset, max_size)
 
     def _fetch_parts(self, request) -> list:
-        error, extent = self._read_extent(request.topic, request.partition, request.offset, request.max_size)
+        max_size = request.max_size
+        if max_size > MAX_ANSWER_PAYLOAD:
+            max_size = MAX_ANSWER_PAYLOAD
+        error, extent = self._read_extent(request.topic, request.partition, request.offset, max_size)
         if extent is None:
             return [responses.error_response(error)]
         return [responses.response_header(error, extent.length),
                 FileChunk(extent.file, extent.position, extent.length)]
 
     def _multifetch_parts(self, fetches) -> list:
-        results = [self._read_extent(f.topic, f.partition, f.offset, f.max_size) for f in fetches]
+        room = MAX_ANSWER_PAYLOAD - responses.ERROR_HEADER_BYTES * len(fetches)  # for all parts' message bytes
+        results = []
+        for fetch in fetches:
+            max_size = fetch.max_size if fetch.max_size < room else room
+            error, extent = self._read_extent(fetch.topic, fetch.partition, fetch.offset, max_size)
+            if extent is not None:
+                room -= extent.length
+            results.append((error, extent))
         parts = [responses.multifetch_header([extent.length if extent else 0 for _, extent in results])]
         for error, extent in results:
             if extent is None:

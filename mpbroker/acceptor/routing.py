@@ -127,7 +127,10 @@ class Router:
 
     @property
     def pending_outboxes(self) -> bool:
-        return any(route.outbox for route in self.routes)
+        for route in self.routes:  # a loop, not any(): asked once per event-loop iteration
+            if route.outbox:
+                return True
+        return False
 
     def on_answers(self, route) -> None:
         """Handle every record the worker published."""

@@ -2,8 +2,18 @@
 
 ``FrameReader`` is the receive side of one connection: the caller copies received
 bytes into the buffer it hands out (``recv_into``-friendly, so a large frame is
-received straight into its own buffer) and takes whole frames out. A size <= 0 or
-larger than the limit is refused before any body is buffered.
+received straight into its own buffer) and takes whole frames out. A size below the
+minimum (a request holds at least its 2-byte type) or above the limit is refused
+before any body is buffered.
+
+An event loop serving many connections gives all its readers one shared ``scratch``
+buffer: a reader receives into it, whole frames are cut out of it, and only the start
+of a frame that has not fully arrived is copied into a buffer of the reader's own
+(``detach``, which the loop calls before another reader may receive). The next
+receive puts that start back at the front of the scratch buffer and receives behind
+it, so a frame cut in two costs no extra receive call; only a frame too large for
+the scratch buffer grows a buffer of its own. An idle connection holds no receive
+buffer at all, and one that stalls inside a frame holds what it sent of that frame.
 """
 
 import struct
@@ -12,7 +22,9 @@ from mpbroker.errors import MPBrokerError
 
 SIZE = struct.Struct(">i")
 SIZE_BYTES = 4
-_READ_CHUNK = 256 * 1024
+READ_CHUNK = 256 * 1024
+_SCRATCH_SHARE = 4  # a pending frame start of up to 1/4 of the scratch buffer goes back into it
+_NO_BUFFER = b""  # a reader's buffer before it has one: immutable, so never written to by mistake
 
 
 class MalformedRequestError(MPBrokerError):
@@ -22,10 +34,13 @@ class MalformedRequestError(MPBrokerError):
 class FrameReader:
     """Accumulates received bytes and splits them into frames (bodies without the size)."""
 
-    def __init__(self, max_frame_bytes: int, chunk_bytes: int = _READ_CHUNK):
+    def __init__(self, max_frame_bytes: int, chunk_bytes: int = READ_CHUNK, scratch: bytearray | None = None,
+                 min_frame_bytes: int = 1):
         self.max_frame_bytes = max_frame_bytes
+        self.min_frame_bytes = min_frame_bytes
         self._chunk = chunk_bytes
-        self._buffer = bytearray(chunk_bytes)
+        self._scratch = scratch
+        self._buffer = _NO_BUFFER  # replaced on first use
         self._start = 0  # first byte not yet handed out as a frame
         self._end = 0  # end of received bytes
 
@@ -40,15 +55,28 @@ class FrameReader:
         arrived (doubling, up to the frame's size), so the body lands in few receive
         calls while a peer that only claims a huge frame gets no huge buffer."""
         pending = self._end - self._start
-        wanted = self._chunk
-        if pending >= SIZE_BYTES:
-            (size,) = SIZE.unpack_from(self._buffer, self._start)
-            if 0 < size <= self.max_frame_bytes:
-                missing = SIZE_BYTES + size - pending
-                wanted = min(missing, max(wanted, pending))
+        scratch = self._scratch
+        if scratch is not None:
+            if pending <= len(scratch) // _SCRATCH_SHARE:
+                if pending:  # the start of a frame, kept by ``detach``: receive the rest behind it
+                    scratch[:pending] = self._buffer[self._start:self._end]
+                self._buffer = scratch
+                self._start, self._end = 0, pending
+                return memoryview(scratch)[pending:]
+            self.detach()
+        wanted = self._room_wanted(pending)
         if len(self._buffer) - self._end < wanted:
             self._compact(wanted)
         return memoryview(self._buffer)[self._end:]
+
+    def _room_wanted(self, pending: int) -> int:
+        """Room for the next receive into the reader's own buffer: a chunk, or what a
+        large frame still lacks, growing with what arrived."""
+        if pending >= SIZE_BYTES:
+            (size,) = SIZE.unpack_from(self._buffer, self._start)
+            if 0 < size <= self.max_frame_bytes:
+                return min(SIZE_BYTES + size - pending, max(self._chunk, pending))
+        return self._chunk
 
     def _compact(self, wanted: int) -> None:
         pending = self._end - self._start
@@ -56,8 +84,17 @@ class FrameReader:
             self._buffer[:pending] = self._buffer[self._start:self._end]
         else:
             grown = bytearray(max(pending + wanted, self._chunk))
-            grown[:pending] = self._buffer[self._start:self._end]
+            grown[:pending] = memoryview(self._buffer)[self._start:self._end]
             self._buffer = grown
+        self._start, self._end = 0, pending
+
+    def detach(self) -> None:
+        """Stop using the shared scratch buffer: what is pending moves into a buffer of
+        this reader's own. Call it before any other reader may receive."""
+        if self._buffer is not self._scratch:
+            return
+        pending = self._end - self._start
+        self._buffer = self._scratch[self._start:self._end] if pending else _NO_BUFFER  # a copy of the pending
         self._start, self._end = 0, pending
 
     def commit(self, count: int) -> None:
@@ -66,7 +103,9 @@ class FrameReader:
     def feed(self, data) -> None:
         """Copy ``data`` in (for callers that did not receive into ``receive_buffer``)."""
         view = self.receive_buffer()
-        while len(view) < len(data):
+        if len(view) < len(data):
+            del view
+            self.detach()
             self._compact(len(data))
             view = memoryview(self._buffer)[self._end:]
         view[:len(data)] = data
@@ -78,9 +117,10 @@ class FrameReader:
         if available < SIZE_BYTES:
             return None
         (size,) = SIZE.unpack_from(self._buffer, self._start)
-        if size <= 0 or size > self.max_frame_bytes:
+        if size < self.min_frame_bytes or size > self.max_frame_bytes:
             raise MalformedRequestError(
-                f"frame size {size} is outside (0, {self.max_frame_bytes}] (max.socket.request.bytes)"
+                f"frame size {size} is outside [{self.min_frame_bytes}, {self.max_frame_bytes}] "
+                "(max.socket.request.bytes)"
             )
         if available < SIZE_BYTES + size:
             return None
@@ -89,6 +129,9 @@ class FrameReader:
         self._start = start + size
         if self._start == self._end:
             self._start = self._end = 0
-            if len(self._buffer) > 4 * self._chunk:
+            if self._scratch is not None:
+                if self._buffer is not self._scratch:
+                    self._buffer = _NO_BUFFER  # an idle reader holds no buffer of its own
+            elif len(self._buffer) > 4 * self._chunk:
                 self._buffer = bytearray(self._chunk)  # give back a large frame's buffer
         return frame

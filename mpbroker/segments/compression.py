@@ -40,11 +40,18 @@ def compress(codec: int, data: bytes) -> bytes:
 
 
 def decompress(codec: int, data, limit: int) -> bytes:
-    """Inflate ``data``; raise InvalidMessageError if corrupt, InflateLimitError past ``limit``."""
-    if codec == CODEC_GZIP:
-        return _gunzip(data, limit)
-    if codec == CODEC_SNAPPY:
-        return _xerial_decompress(data, limit)
+    """Inflate ``data``; raise InvalidMessageError if corrupt, InflateLimitError past ``limit``.
+
+    The error leaves without the traceback of the inflating functions: their frames
+    hold what was inflated so far (up to ``limit`` bytes), and a caller that keeps the
+    error (validation returns it) would keep all of that alive with it."""
+    try:
+        if codec == CODEC_GZIP:
+            return _gunzip(data, limit)
+        if codec == CODEC_SNAPPY:
+            return _xerial_decompress(data, limit)
+    except InvalidMessageError as exc:
+        raise exc.with_traceback(None) from None
     if codec == CODEC_NONE:
         raise ValueError("codec none has nothing to decompress")
     raise InvalidMessageError(f"unknown compression codec {codec}")
