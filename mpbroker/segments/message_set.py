@@ -144,7 +144,7 @@ def _check_message(buf, pos, end, max_payload, deep, budget, depth):
         inner = decompress(codec, payload, budget[0])
     except InvalidMessageError as exc:
         exc.args = (f"compressed message at offset {pos}: {exc}",)
-        return pos, exc
+        return pos, exc.with_traceback(None)  # its frames hold the request: let them go now
     budget[0] -= len(inner)
     result = _validate(inner, _UNLIMITED, deep, budget, depth - 1)
     if result.error is not None:

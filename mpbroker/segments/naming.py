@@ -1,7 +1,9 @@
 """Names on disk: topic-name rules, partition directories and segment file names.
 
-A topic name becomes a directory name, so it is held to ``[A-Za-z0-9._-]{1,255}``
-and may not be ``.`` or ``..``; every path built here stays inside ``log.dir``.
+A topic name becomes a directory name, so it is held to ``[A-Za-z0-9._-]{1,249}``
+and may not be ``.`` or ``..``; every path built here stays inside ``log.dir``. 249
+(the limit later Kafka chose) leaves room for ``-<partition>`` within a file name's
+255 bytes for partitions below 100000.
 """
 
 import os
@@ -9,11 +11,11 @@ import re
 
 from mpbroker.errors import InvalidTopicError
 
-MAX_TOPIC_LENGTH = 255
+MAX_TOPIC_LENGTH = 249
 SEGMENT_SUFFIX = ".kafka"
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,255}\Z")
+_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 _SEGMENT_RE = re.compile(r"(\d{20})\.kafka\Z")
-_PARTITION_DIR_RE = re.compile(r"([A-Za-z0-9._-]{1,255})-(\d{1,10})\Z")
+_PARTITION_DIR_RE = re.compile(r"([A-Za-z0-9._-]{1,249})-(\d{1,10})\Z")
 
 
 def check_topic(topic) -> str:

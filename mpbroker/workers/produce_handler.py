@@ -142,8 +142,9 @@ class ProduceHandler:
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
             next_offset = offset + len(produce.data)
-            if produce.mode == Mode.ACK_APPEND:
-                self._acknowledge(produce, offset, next_offset)
+            if produce.mode == Mode.ACK_APPEND or (produce.mode == Mode.ACK_FLUSH
+                                                    and next_offset <= partition_log.flushed_end):
+                self._acknowledge(produce, offset, next_offset)  # (an empty set with nothing unflushed)
             elif produce.mode == Mode.ACK_FLUSH:
                 self._flush_waiters.setdefault(partition_log, []).append(
                     (next_offset, produce.request_id, produce.partition, offset))

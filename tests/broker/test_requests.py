@@ -55,6 +55,16 @@ def test_append_ack_comes_before_the_flush(broker_factory):
         assert error == 0 and len(data) == flush_ack.next_offset
 
 
+def test_an_empty_set_acknowledged_on_flush_is_answered_at_once(broker):
+    """Nothing to flush: the ack must not wait for a flush that never comes (found by the fuzzer)."""
+    with WireClient(broker.port) as client:
+        client.produce_acked("empty", 0, encode_message_set([b"flushed first"]), durability=1)
+        end = len(encode_message_set([b"flushed first"]))
+        for durability in (1, 0):
+            ack = client.produce_acked("empty", 0, b"", durability=durability)
+            assert (ack.error, ack.offset, ack.next_offset) == (0, end, end)
+
+
 def test_fire_and_forget_produce_becomes_visible(broker):
     with WireClient(broker.port) as client:
         client.produce("events", 1, [b"one", b"two"])

@@ -33,6 +33,7 @@ import zlib
 import pytest
 
 from mpbroker.ctl import call
+from mpbroker.errors import ErrorCode
 from mpbroker.ownership import owner_slot
 from mpbroker.protocol import requests as rq
 from mpbroker.protocol import responses as rs
@@ -364,11 +365,11 @@ def test_hostile_topic_names_get_refused_by_every_request_type(broker, tmp_path)
     assert_broker_healthy(broker)
 
 
-def test_legal_topic_names_too_long_for_a_directory_are_refused_without_writing(broker, tmp_path):
-    for length in (254, 255):  # "<topic>-0" is longer than a file name may be
+def test_topic_names_too_long_for_a_directory_are_invalid_and_nothing_is_written(broker, tmp_path):
+    for length in (250, 254, 255):  # "<topic>-<partition>" must fit in a 255-byte file name
         with WireClient(broker.port) as client:
             ack = client.produce_acked("Y" * length, 0, encode_message_set([b"x"]))
-            assert ack.error != 0 and ack.offset == -1, ack
+            assert ack.error == ErrorCode.INVALID_TOPIC and ack.offset == -1, ack
     assert stray_paths(str(tmp_path), broker.log_dir) == []
     assert_broker_healthy(broker)
 

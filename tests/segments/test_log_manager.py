@@ -32,7 +32,7 @@ def test_hostile_topic_names_are_refused_and_create_nothing(tmp_path, topic):
     assert os.listdir(tmp_path) == ["logs"]
 
 
-@pytest.mark.parametrize("topic", ["a", "page-views", "a.b_c-D9", "x" * 255, "..."])
+@pytest.mark.parametrize("topic", ["a", "page-views", "a.b_c-D9", "x" * 249, "..."])
 def test_legal_topic_names(topic):
     assert check_topic(topic) == topic
     assert check_topic(topic.encode()) == topic
