@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 from clients.async_sender import AsyncSender
 from clients.brokers import StaticBrokerPartitions, parse_broker_list
-from clients.callbacks import load_callbacks
+from clients.callbacks import NoCallbacks, load_callbacks
 from clients.connection import BrokerConnection
 from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
 from clients.partitioner import default_partitioner, load_partitioner
@@ -51,6 +51,7 @@ from mpbroker.segments.naming import check_topic
 log = logging.getLogger(__name__)
 
 _DURABILITY = {"append": Durability.APPEND, "flush": Durability.FLUSH}
+_BYTES_ONLY = frozenset({bytes})
 
 
 class SendResult(NamedTuple):
@@ -139,20 +140,26 @@ class Producer:
             checked = self._checked_topics[topic] = check_topic(topic)  # str, also for a bytes name
         topic = checked
         if isinstance(messages, (list, tuple)):
-            payloads = [_to_bytes(message) for message in messages]
+            if set(map(type, messages)) <= _BYTES_ONLY:  # the usual case, checked in C
+                payloads = list(messages)
+            else:
+                payloads = [_to_bytes(message) for message in messages]
         else:
             payloads = [_to_bytes(messages)]
-        before_enqueue = self.callbacks.before_enqueue
-        items = []
-        for payload in payloads:
-            payload = before_enqueue(topic, key, payload)
-            if payload is not None:
-                items.append((topic, key, _to_bytes(payload)))
+        if type(self.callbacks) is NoCallbacks:
+            items = [(topic, key, payload) for payload in payloads]
+        else:
+            before_enqueue = self.callbacks.before_enqueue
+            items = []
+            for payload in payloads:
+                payload = before_enqueue(topic, key, payload)
+                if payload is not None:
+                    items.append((topic, key, _to_bytes(payload)))
         limit = self.settings.max_message_size
-        for _, _, payload in items:
-            if len(payload) > limit:
-                raise MessageSizeTooLargeError(
-                    f"a {len(payload)}-byte message exceeds max.message.size ({limit}); nothing was sent")
+        longest = max(map(len, (payload for _, _, payload in items)), default=0)
+        if longest > limit:
+            raise MessageSizeTooLargeError(
+                f"a {longest}-byte message exceeds max.message.size ({limit}); nothing was sent")
         if self._sender is not None:
             for item in items:
                 self._sender.enqueue(item)
@@ -248,7 +255,13 @@ class Producer:
         keyless = {}  # topic -> the pair this batch's keyless messages go to (default partitioner)
         partition_for = self._partition_for
         sticky = partition_for is default_partitioner
+        last_topic = last_key = bucket = None
         for topic, key, payload in items:
+            # The default partitioner sends a (topic, key) to one pair per batch: a run of
+            # items with the same topic and key (a list given to send()) joins the last group.
+            if sticky and bucket is not None and topic is last_topic and key is last_key:
+                bucket.append(payload)
+                continue
             pairs = pairs_by_topic.get(topic)
             if pairs is None:
                 pairs = pairs_by_topic[topic] = self._metadata.partitions(topic)
@@ -264,7 +277,9 @@ class Producer:
                     raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
                                      f"which has {len(pairs)} (valid: 0 to {len(pairs) - 1})")
                 pair = pairs[index]
-            groups.setdefault((pair[0], topic, pair[1]), []).append(payload)
+            bucket = groups.setdefault((pair[0], topic, pair[1]), [])
+            bucket.append(payload)
+            last_topic, last_key = topic, key
         requests = []
         for (broker_id, topic, partition), payloads in groups.items():
             requests.extend(self._requests(topic, broker_id, partition, payloads))
