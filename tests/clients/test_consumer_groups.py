@@ -328,16 +328,27 @@ def test_a_whitelist_picks_up_topics_created_later(cluster):
     assert {m.topic for m in received} == {"logs-a", "logs-b"}
 
 
-def test_a_killed_member_hands_its_partitions_over_after_its_session_times_out(cluster, tmp_path):
-    sent = cluster.produce("kill", [f"warm{i}".encode() for i in range(100)])
-    cluster.wait_registered("kill", 8)
-    outputs = [tmp_path / "a.out", tmp_path / "b.out"]
+def spawn_members(cluster, group: str, topic: str, outputs) -> list:
+    """One group member process per output file (tests/clients/group_member.py), session 1 s."""
     members = []
     for path in outputs:
         with open(f"{path}.log", "w") as log:
             members.append(subprocess.Popen([sys.executable, "-m", "tests.clients.group_member", cluster.zk_connect,
-                                             "killgroup", "kill", str(path), "1000"], stdout=log,
-                                            stderr=subprocess.STDOUT))
+                                             group, topic, str(path), "1000"], stdout=log, stderr=subprocess.STDOUT))
+    return members
+
+
+def processed(outputs) -> set:
+    """The payloads the members wrote: what they processed."""
+    lines = [line for path in outputs if path.exists() for line in path.read_text().splitlines()]
+    return {line.split(" ", 2)[2].encode() for line in lines}
+
+
+def test_a_killed_member_hands_its_partitions_over_after_its_session_times_out(cluster, tmp_path):
+    sent = cluster.produce("kill", [f"warm{i}".encode() for i in range(100)])
+    cluster.wait_registered("kill", 8)
+    outputs = [tmp_path / "a.out", tmp_path / "b.out"]
+    members = spawn_members(cluster, "killgroup", "kill", outputs)
     try:
         wait_for(lambda: len(cluster.owners("killgroup", "kill")) == 8 and
                  len({v.rsplit("-", 1)[0] for v in cluster.owners("killgroup", "kill").values()}) == 2, 30,
@@ -352,10 +363,7 @@ def test_a_killed_member_hands_its_partitions_over_after_its_session_times_out(c
                  what="the survivor owning all 8")
         more = cluster.produce("kill", [f"after{i}".encode() for i in range(500)])
 
-        def seen():
-            lines = [line for path in outputs if path.exists() for line in path.read_text().splitlines()]
-            return {line.split(" ", 2)[2].encode() for line in lines}
-        wait_for(lambda: seen() >= set(sent + more), 30, 0.1, what="every message processed by someone")
+        wait_for(lambda: processed(outputs) >= set(sent + more), 30, 0.1, what="every message processed by someone")
     finally:
         for member in members:
             if member.poll() is None:
@@ -371,12 +379,7 @@ def test_a_member_paused_past_its_session_rejoins_and_nothing_is_skipped(cluster
     sent = cluster.produce("pause", [f"warm{i}".encode() for i in range(100)])
     cluster.wait_registered("pause", 8)
     outputs = [tmp_path / "a.out", tmp_path / "b.out"]
-    members = []
-    for path in outputs:
-        with open(f"{path}.log", "w") as log:
-            members.append(subprocess.Popen([sys.executable, "-m", "tests.clients.group_member", cluster.zk_connect,
-                                             "pausegroup", "pause", str(path), "1000"], stdout=log,
-                                            stderr=subprocess.STDOUT))
+    members = spawn_members(cluster, "pausegroup", "pause", outputs)
 
     def owner_count() -> int:
         return len({v.rsplit("-", 1)[0] for v in cluster.owners("pausegroup", "pause").values()})
@@ -395,10 +398,7 @@ def test_a_member_paused_past_its_session_rejoins_and_nothing_is_skipped(cluster
                  what="a back in the group, every partition owned")
         sent += cluster.produce("pause", [f"after{i}".encode() for i in range(300)])
 
-        def seen():
-            lines = [line for path in outputs if path.exists() for line in path.read_text().splitlines()]
-            return {line.split(" ", 2)[2].encode() for line in lines}
-        wait_for(lambda: seen() >= set(sent), 30, 0.1, what="every message processed by someone")
+        wait_for(lambda: processed(outputs) >= set(sent), 30, 0.1, what="every message processed by someone")
         assert all(member.poll() is None for member in members), "a member died"
     finally:
         for member in members:
