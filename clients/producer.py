@@ -145,7 +145,7 @@ class Producer:
             else:
                 payloads = [_to_bytes(message) for message in messages]
         else:
-            payloads = [_to_bytes(messages)]
+            payloads = [messages if type(messages) is bytes else _to_bytes(messages)]
         if type(self.callbacks) is NoCallbacks:
             items = [(topic, key, payload) for payload in payloads]
         else:
@@ -155,8 +155,9 @@ class Producer:
                 payload = before_enqueue(topic, key, payload)
                 if payload is not None:
                     items.append((topic, key, _to_bytes(payload)))
+            payloads = [payload for _, _, payload in items]
         limit = self.settings.max_message_size
-        longest = max(map(len, (payload for _, _, payload in items)), default=0)
+        longest = max(map(len, payloads), default=0)
         if longest > limit:
             raise MessageSizeTooLargeError(
                 f"a {longest}-byte message exceeds max.message.size ({limit}); nothing was sent")
