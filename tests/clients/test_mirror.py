@@ -50,10 +50,15 @@ class Cluster:
         return Producer({"zk.connect": self.zk_connect, "acks": "append", **settings})
 
     def produce(self, topic: str, payloads, **settings) -> list:
-        """Keyed by index (``xxhash(key) % 4`` spreads them), acknowledged."""
+        """Keyed by index (``xxhash(key) % 4`` spreads them), acknowledged. A topic the
+        broker has not registered yet takes its first message at partition 0 (the
+        producer's bootstrap); the rest wait until the producer sees every partition."""
         with self.producer(**settings) as producer:
             for index, payload in enumerate(payloads):
                 producer.send(topic, payload, key=b"%d" % index)
+                if index == 0:
+                    wait_for(lambda: len(producer.partitions_for(topic)) == PARTITIONS, 15, 0.05,
+                             f"the producer seeing every partition of {topic}")
         return list(payloads)
 
     def registered(self, topic: str) -> list:
