@@ -298,6 +298,16 @@ class Supervisor:
     def _spawn_acceptor(self) -> None:
         self._fork(self.acceptor, self._run_acceptor)
 
+    def _spawn_metrics(self) -> None:
+        self._fork(self.metrics, self._run_metrics)
+
+    def _respawn(self, child: Child) -> None:
+        if child.role == "worker":
+            self._spawn_worker(child)
+        else:
+            {"acceptor": self._spawn_acceptor, "registrar": self._spawn_registrar,
+             "metrics": self._spawn_metrics}[child.role]()
+
     # --- the loop ---------------------------------------------------------------
 
     def run(self) -> int:
@@ -314,7 +324,7 @@ class Supervisor:
         log.info("mpbroker %d starting: %d workers, log.dir %s, %s", self.config.brokerid, len(self.workers),
                  self.config.log_dir, "clean shutdown last time" if self.clean else "recovering logs")
         if self.metrics:
-            self._fork(self.metrics, self._run_metrics)
+            self._spawn_metrics()
         if self.registrar:  # the workers start once it checked the broker id
             self._spawn_registrar()
         else:
@@ -430,15 +440,12 @@ class Supervisor:
             self.begin_stop("a worker failed to start")
             return
         child.backoff = min(MAX_RESPAWN_BACKOFF_S, max(0.5, child.backoff * 2)) if lived < 5 else 0.0
-        if child.role == "registrar":
-            if code == EXIT_ID_CONFLICT:
-                log.critical("broker id %d belongs to another live broker; stopping", self.config.brokerid)
-                self.exit_code = 1
-                self.begin_stop("broker id conflict")
-                return
-            self._schedule_respawn(child)
+        if child.role == "registrar" and code == EXIT_ID_CONFLICT:
+            log.critical("broker id %d belongs to another live broker; stopping", self.config.brokerid)
+            self.exit_code = 1
+            self.begin_stop("broker id conflict")
             return
-        if child.role == "metrics":
+        if child.role in ("registrar", "metrics"):  # nothing in flight to them: respawn after the back-off
             self._schedule_respawn(child)
             return
         if child.role == "acceptor":
@@ -468,18 +475,10 @@ class Supervisor:
                     log.warning("acceptor did not confirm %s's death in time; respawning anyway", child.name)
                     child.awaiting_ack = None
                     self._schedule_respawn(child)
+            for child in self.children:
                 if child.respawn_at is not None and now >= child.respawn_at:
                     child.respawn_at = None
-                    self._spawn_worker(child)
-            if self.acceptor.respawn_at is not None and now >= self.acceptor.respawn_at:
-                self.acceptor.respawn_at = None
-                self._spawn_acceptor()
-            if self.registrar and self.registrar.respawn_at is not None and now >= self.registrar.respawn_at:
-                self.registrar.respawn_at = None
-                self._spawn_registrar()
-            if self.metrics and self.metrics.respawn_at is not None and now >= self.metrics.respawn_at:
-                self.metrics.respawn_at = None
-                self._fork(self.metrics, self._run_metrics)
+                    self._respawn(child)
             self._check_heartbeats()
             self._sample_rates(now)
         else:
