@@ -42,15 +42,26 @@ class BrokerProcess(LocalBroker):
         self.process.send_signal(sig)
 
     def kill_tree(self) -> None:
-        """SIGKILL the supervisor and every child, as a power cut of the process tree would."""
+        """SIGKILL the supervisor and every child, as a power cut of the process tree would,
+        and wait until every one of them is dead."""
         pids = [pid for pid in self.child_pids() if pid]
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(10)
-        deadline = time.monotonic() + 10
-        for pid in pids:
-            while time.monotonic() < deadline:
-                try:
-                    os.kill(pid, 0)
-                except ProcessLookupError:
-                    break
-                time.sleep(0.02)
+        wait_dead(pids)
+
+
+def wait_dead(pids, timeout: float = 10.0) -> None:
+    """Wait until every process in ``pids`` is dead. A dead child stays a zombie until
+    init reaps it, which can take seconds here, so dead means a zombie or gone."""
+    deadline = time.monotonic() + timeout
+    while not all(process_dead(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"processes {pids} outlived SIGKILL"
+        time.sleep(0.005)
+
+
+def process_dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True

@@ -3,11 +3,11 @@
 import contextlib
 import os
 import signal
-import socket
-import time
 
 from clients import SimpleConsumer
+from mpbroker.registry.local_zookeeper import free_port  # noqa: F401  (the tests take it from here)
 from mpbroker.segments.message import V1_OVERHEAD
+from tests import polling
 
 HOST = "127.0.0.1"
 PARTITIONS = 4  # tests/broker/harness.py DEFAULTS: num.partitions=4
@@ -17,21 +17,9 @@ def broker_list(*brokers) -> str:
     return ",".join(f"{HOST}:{b.port}" for b in brokers)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return sock.getsockname()[1]
-
-
 def wait_for(predicate, timeout: float = 10.0, interval: float = 0.02, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    """``tests.polling.wait_for`` with the interval third, as the client tests pass it."""
+    return polling.wait_for(predicate, timeout, what, interval=interval)
 
 
 def set_bytes(payloads) -> int:

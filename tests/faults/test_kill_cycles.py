@@ -22,7 +22,7 @@ import signal
 import statistics
 import time
 
-from tests.broker.harness import BrokerProcess
+from tests.broker.harness import BrokerProcess, wait_dead
 from tests.broker.load import AckedLoad, read_everything
 from tests.broker.test_faults import all_flushed, assert_logs_valid
 
@@ -31,18 +31,6 @@ SEED = int(os.environ.get("MPBROKER_KILL_SEED", str(random.randrange(1 << 30))))
 PARTITIONS = 4
 VICTIMS = ("worker", "acceptor", "supervisor", "tree")
 RESPAWN_BACKOFF_FREE_S = 5.0  # a child killed younger than this is respawned after a growing back-off
-
-
-def wait_gone(pids, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    for pid in pids:
-        while True:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            assert time.monotonic() < deadline, f"pid {pid} outlived its supervisor"
-            time.sleep(0.01)
 
 
 def all_up(status) -> bool:
@@ -79,7 +67,7 @@ def kill(broker, kind: str, slot, status) -> None:
             broker.process.wait(10)
         else:
             broker.kill_tree()
-        wait_gone([pid for pid in children if pid])  # as systemd's KillMode would make sure
+        wait_dead([pid for pid in children if pid])  # as systemd's KillMode would make sure
         broker.start()
 
 

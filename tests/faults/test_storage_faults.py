@@ -30,7 +30,6 @@ import hashlib
 import os
 import resource
 import shutil
-import signal
 import subprocess
 import time
 from collections import defaultdict
@@ -191,30 +190,9 @@ def filled_broker(broker_factory, stop: str = "kill", **properties):
 
 def stop_broker(broker, stop: str) -> None:
     if stop == "kill":
-        kill_tree(broker)
+        broker.kill_tree()
     else:
         assert broker.stop() == 0
-
-
-def kill_tree(broker) -> None:
-    """SIGKILL the broker's process group and wait until every process of it is dead.
-    (A dead child stays a zombie until init reaps it, which can take seconds here, so
-    dead means a zombie or gone.)"""
-    pids = broker.child_pids()
-    os.killpg(broker.process.pid, signal.SIGKILL)
-    broker.process.wait(10)
-    deadline = time.monotonic() + 10
-    while not all(process_dead(pid) for pid in pids):
-        assert time.monotonic() < deadline, f"broker children {pids} outlived SIGKILL"
-        time.sleep(0.005)
-
-
-def process_dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def restart(broker, expect_recovery: bool = True) -> None:
@@ -671,7 +649,7 @@ def test_full_disk_fails_produces_keeps_the_log_whole_and_recovers_when_space_re
     assert_served(broker.port, acked)
 
     # A restart afterwards recovers cleanly with nothing acknowledged lost.
-    kill_tree(broker)
+    broker.kill_tree()
     restart(broker)
     assert "truncating" not in broker.output(), "a partial message had been left on disk"
     assert_served(broker.port, acked)
@@ -753,7 +731,7 @@ def test_failed_fdatasync_fails_the_flush_acks_and_the_respawned_worker_recovers
     got = served(broker.port, 1)
     assert [m for m in got if m in acked.messages[1]] == acked.messages[1]
     assert got[-MESSAGES_PER_SET:] == acked_messages(ack, message_set)
-    kill_tree(broker)
+    broker.kill_tree()
     restart(broker)
     assert served(broker.port, 1) == got
 

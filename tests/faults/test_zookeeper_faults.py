@@ -12,16 +12,7 @@ from kazoo.client import KazooClient
 from clients.producer import Producer
 from clients.consumer import SimpleConsumer
 from tests.broker.harness import BrokerProcess
-
-
-def wait_for(predicate, timeout: float, what: str, output=lambda: ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{output()}")
+from tests.polling import wait_for
 
 
 def registered(zk_connect: str, broker_id: int, topic: str):

@@ -4,13 +4,13 @@ socket it was given, including the connection that started it."""
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+from mpbroker.registry.local_zookeeper import free_port
 from mpbroker.segments.message import encode_message_set
 
 from tests.broker.harness import BrokerProcess
@@ -18,12 +18,6 @@ from tests.broker.wire import WireClient
 from tests.ops.conftest import UNIT
 
 SOCKET_UNIT = os.path.join(os.path.dirname(UNIT), "mpbroker.socket")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_the_socket_unit_verifies_with_the_service(local_unit, tmp_path):

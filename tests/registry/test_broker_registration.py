@@ -25,24 +25,12 @@ from clients.producer import Producer
 from mpbroker.ctl import format_status
 from mpbroker.segments.clean_shutdown import MARKER_NAME
 from tests.broker.harness import BrokerProcess
+from tests.polling import wait_for
 
 SESSION_MS = 2000  # the brokers' zk.sessiontimeout.ms unless a test says otherwise (server tick: 200 ms)
 
 
 # --- helpers ------------------------------------------------------------------------
-
-def wait_for(predicate, timeout: float = 10.0, what: str = "condition", detail=None):
-    """Poll ``predicate`` until it returns something true (returned), or fail."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            extra = f"\n{detail()}" if detail else ""
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}{extra}")
-        time.sleep(0.05)
-
 
 def node(zk, path):
     """``(value, stat)`` of ``path``, or None."""

@@ -35,6 +35,7 @@ from spark_loader.job import CRASH_ENV, LoadOptions, run_load
 from spark_loader.state import LoaderState, LoadLockedError
 
 from tests.broker.conftest import broker_factory  # noqa: F401  (real broker process trees)
+from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
@@ -248,15 +249,6 @@ def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
         return sock.getsockname()[1]
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 def check_partition_offsets(rows) -> None:
