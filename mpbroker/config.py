@@ -172,12 +172,18 @@ KEYS = (
     Key("log.retention.size", "int", "-1", "bytes kept per partition before old segments go; -1 means no limit",
         minimum=1, also_allowed=-1),
     Key("log.cleanup.interval.mins", "int", "10", "minutes between retention checks", minimum=1),
+    Key("log.flush.offset.checkpoint.interval.ms", "int", "1000",
+        "milliseconds between writes of the recovery points (what is flushed of each log) to log.dir; "
+        "recovery after a crash scans the logs from there", minimum=1),
     Key("max.message.size", "int", "1000000", "largest message accepted, in bytes", minimum=1),
     Key("max.socket.request.bytes", "int", "104857600", "largest request accepted on a socket, in bytes",
         minimum=1024),
     Key("max.inflated.request.bytes", "int", "104857600",
         "bytes all compressed messages of one request may inflate to", minimum=1024),
     Key("max.connections", "int", "10000", "client connections open at once", minimum=1),
+    Key("max.connections.per.ip", "int", "1000", "client connections open at once from one IP address", minimum=1),
+    Key("request.receive.timeout.ms", "int", "30000",
+        "milliseconds a client may take to send one whole request once its first byte arrived", minimum=100),
     Key("connections.max.idle.ms", "int", "600000",
         "milliseconds a client connection may go without a byte received or sent before it is closed; 0 means never",
         minimum=0),
@@ -201,7 +207,9 @@ KEYS = (
     Key("log.level", "str", "INFO", "logging level: DEBUG, INFO, WARNING or ERROR",
         choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Key("metrics.enable", "bool", "false", "serve Prometheus metrics over HTTP at metrics.host:metrics.port"),
-    Key("metrics.host", "str", "", "host the metrics endpoint binds to; empty means all interfaces"),
+    Key("metrics.host", "str", None,
+        "host the metrics endpoint binds to (default: the value of hostname); empty means all interfaces",
+        default_from="hostname"),
     Key("metrics.port", "int", "9099", "TCP port of the metrics endpoint; 0 picks a free port", minimum=0,
         maximum=65535),
 )
@@ -378,10 +386,13 @@ class BrokerConfig:
     topic_log_retention_hours: dict[str, int]
     log_retention_size: int
     log_cleanup_interval_mins: int
+    log_flush_offset_checkpoint_interval_ms: int
     max_message_size: int
     max_socket_request_bytes: int
     max_inflated_request_bytes: int
     max_connections: int
+    max_connections_per_ip: int
+    request_receive_timeout_ms: int
     connections_max_idle_ms: int
     max_queued_responses: int
     enable_zookeeper: bool

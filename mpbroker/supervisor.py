@@ -33,6 +33,7 @@ import socket
 import time
 
 from mpbroker.acceptor.acceptor import Acceptor
+from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.config import ConfigError, load_config
 from mpbroker.control_server import ControlServer
 from mpbroker.ipc.control import ControlChannel
@@ -64,6 +65,7 @@ RELOADABLE = {
     "topic.log.retention.hours", "log.retention.size", "log.cleanup.interval.mins", "log.roll.hours",
     "log.file.size", "max.message.size", "max.inflated.request.bytes", "log.level",
     "worker.heartbeat.timeout.ms", "max.connections", "connections.max.idle.ms", "max.queued.responses",
+    "max.connections.per.ip", "request.receive.timeout.ms", "log.flush.offset.checkpoint.interval.ms",
 }
 
 SHORT_ROLES = {"acceptor": "acc", "registrar": "zk", "metrics": "metrics"}
@@ -220,7 +222,7 @@ class Supervisor:
 
     def _fork(self, child: Child, target) -> None:
         child.generation += 1
-        self.slots.beat(child.slot, int(time.time() * 1000))  # the child beats from here on
+        self.slots.beat(child.slot, monotonic_ms())  # the child beats from here on
         pid = os.fork()
         if pid == 0:
             code = 1
@@ -239,7 +241,7 @@ class Supervisor:
         child.pid = pid
         child.ready = False
         child.started = time.monotonic()
-        child.started_ms = int(time.time() * 1000)
+        child.started_ms = wall_clock_ms()  # a date: shown as the process's start time
         child.stop_deadline = None
         self.slots.write(child.slot, pid=pid, state=SlotState.STARTING, generation=child.generation,
                          restarts=child.restarts, started_ms=child.started_ms)
@@ -489,7 +491,7 @@ class Supervisor:
             self._next_watchdog = now + interval
 
     def _check_heartbeats(self) -> None:
-        now_ms = int(time.time() * 1000)
+        now_ms = monotonic_ms()  # heartbeats are on the machine-wide monotonic clock
         limit = self.config.worker_heartbeat_timeout_ms
         for child in self.children:
             if not child.alive or not child.ready:
@@ -635,7 +637,7 @@ class Supervisor:
         return (current - totals.get(key, 0)) / span if span > 0 else 0.0
 
     def status(self) -> dict:
-        now_ms = int(time.time() * 1000)
+        now_ms = monotonic_ms()
         rows = published_partitions(self.tables)
         by_worker = collections.Counter(slot for _, _, slot, _ in rows)
 

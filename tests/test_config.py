@@ -123,10 +123,13 @@ EXPECTED_DEFAULTS = {
     "topic_log_retention_hours": {},
     "log_retention_size": -1,
     "log_cleanup_interval_mins": 10,
+    "log_flush_offset_checkpoint_interval_ms": 1000,
     "max_message_size": 1000000,
     "max_socket_request_bytes": 104857600,
     "max_inflated_request_bytes": 104857600,
     "max_connections": 10000,
+    "max_connections_per_ip": 1000,
+    "request_receive_timeout_ms": 30000,
     "connections_max_idle_ms": 600000,
     "max_queued_responses": 1000,
     "enable_zookeeper": False,
@@ -334,6 +337,13 @@ def test_flush_interval_ms_defaults_to_the_scheduler_interval():
     config = config_with(log_default_flush_scheduler_interval_ms="1234")
     assert config.log_default_flush_interval_ms == 1234
     assert config.log_config_for("clicks").flush_interval_ms == 1234
+
+
+def test_metrics_host_defaults_to_the_broker_hostname():
+    """A broker bound to one address does not expose its metrics on every interface."""
+    assert config_with(hostname="127.0.0.1").metrics_host == "127.0.0.1"
+    assert config_with(hostname="127.0.0.1", metrics_host="").metrics_host == ""
+    assert config_with(hostname="127.0.0.1", metrics_host="10.0.0.5").metrics_host == "10.0.0.5"
 
 
 def test_explicit_flush_interval_ms_wins_over_the_scheduler_interval():

@@ -30,6 +30,7 @@ from mpbroker.acceptor.connection import Connection
 from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
+from mpbroker.clock import monotonic_ms
 from mpbroker.config import config_from_properties
 from mpbroker.ipc.counters import (BYTES_RECEIVED, CONNECTIONS_ACCEPTED, CONNECTIONS_OPEN, CONNECTIONS_REFUSED,
                                    MALFORMED_REQUESTS)
@@ -38,7 +39,6 @@ from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
 from mpbroker.protocol.framing import READ_CHUNK, MalformedRequestError
-from mpbroker.segments.log import wall_clock_ms
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Acceptor:
     def _run_timers(self, now: float) -> None:
         """Whatever is due of the heartbeat, the idle sweep and accepting again."""
         if now >= self._next_beat:
-            self.slots.beat(self.slot, wall_clock_ms())
+            self.slots.beat(self.slot, monotonic_ms())
             self._next_beat = now + HEARTBEAT_MS / 1000
         if now >= self._next_idle_sweep:
             self._close_idle_connections()

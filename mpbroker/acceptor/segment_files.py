@@ -13,10 +13,10 @@ import errno
 import os
 from typing import NamedTuple
 
+from mpbroker.clock import wall_clock_ms
 from mpbroker.errors import ErrorCode, OffsetOutOfRangeError
 from mpbroker.ipc.partition_table import TornEntryError
 from mpbroker.ownership import owner_slot
-from mpbroker.segments.log import wall_clock_ms
 from mpbroker.segments.log_view import locate
 from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
 from mpbroker.segments.offsets import offsets_before

@@ -1,7 +1,8 @@
 """The state of every worker slot (and the acceptor), in shared memory.
 
-The supervisor writes pid, state, generation, restarts and start time; the process
-in the slot writes its heartbeat (milliseconds) and nothing else. Readers: the
+The supervisor writes pid, state, generation, restarts and start time (a date); the
+process in the slot writes its heartbeat (``clock.monotonic_ms``, one clock for the
+whole machine, so a step of the date never makes a live child look dead) and nothing else. Readers: the
 supervisor (liveness, status) and the acceptor (which slots take requests after it
 was itself respawned). Every field is one aligned 8-byte word, loaded and stored
 whole through a typed memoryview, so a reader never sees half a value.

@@ -14,11 +14,11 @@ import http.server
 import logging
 import select
 import threading
-import time
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
+from mpbroker.clock import monotonic_ms
 from mpbroker.logging_setup import set_level
 from mpbroker.metrics.collector import BrokerCollector
 from mpbroker.process import install_child_signals, term_requested
@@ -69,7 +69,7 @@ class MetricsExporter:
                         stopping = True  # asked to, or the supervisor is gone
                     elif message.get("op") == "reload":
                         set_level(message["properties"]["log.level"])
-            self.slots.beat(self.slot, int(time.time() * 1000))
+            self.slots.beat(self.slot, monotonic_ms())
         server.shutdown()
         server.server_close()
         log.info("stopped")

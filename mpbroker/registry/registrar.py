@@ -30,6 +30,7 @@ import time
 
 from kazoo.protocol.states import KazooState
 
+from mpbroker.clock import monotonic_ms
 from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
 from mpbroker.registry import EXIT_ID_CONFLICT, layout
@@ -82,7 +83,7 @@ class Registrar:
                     self.stopping = True
                 if self.channel.fileno() in readable:
                     self._on_messages()
-                self.slots.beat(self.slot, int(time.time() * 1000))
+                self.slots.beat(self.slot, monotonic_ms())
                 if not self.stopping:
                     self._step()
         except BrokerIdConflict as exc:

@@ -14,9 +14,9 @@ elsewhere, and it touches nothing but file descriptors the Log keeps open for it
 
 import logging
 import os
-import time
 from typing import NamedTuple
 
+from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.durability import sync_directory
 from mpbroker.errors import StorageError
 from mpbroker.segments import retention
@@ -28,10 +28,6 @@ from mpbroker.segments.recovery import open_segments
 from mpbroker.segments.segment import Segment
 
 log = logging.getLogger(__name__)
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class FileRegion(NamedTuple):
@@ -47,19 +43,20 @@ class PendingFlush(NamedTuple):
     directory: str | None  # the partition directory, when a segment was created since the last flush
     end: int  # log end when the flush began: what becomes visible when it is done
     messages: int  # unflushed messages it covers
-    began_ms: int
+    began_ms: int  # timer clock
 
 
 class Log:
     def __init__(self, topic: str, partition: int, directory: str, config: LogConfig,
-                 segments: list, clock_ms=wall_clock_ms):
+                 segments: list, clock_ms=wall_clock_ms, timer_ms=monotonic_ms):
         if not segments:
             raise ValueError("a log has at least one segment")
         self.topic = topic
         self.partition = partition
         self.directory = directory
         self.config = config
-        self._clock_ms = clock_ms
+        self._clock_ms = clock_ms  # dates: segment creation (roll by age), retention, OFFSETS
+        self._timer_ms = timer_ms  # intervals: how long appended messages have waited for a flush
         self._segments = segments
         self._bases = [segment.base for segment in segments]
         self.log_end = segments[-1].end
@@ -72,7 +69,7 @@ class Log:
 
     @classmethod
     def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *,
-             recover: bool, clock_ms=wall_clock_ms) -> "Log":
+             recover: bool, clock_ms=wall_clock_ms, timer_ms=monotonic_ms) -> "Log":
         """Open (creating if needed) the log of ``topic``/``partition`` under ``log_dir``."""
         topic = check_topic(topic)
         if partition < 0:
@@ -90,7 +87,7 @@ class Log:
         if not segments:
             segments = [Segment.create(directory, 0, clock_ms())]
             created = True
-        instance = cls(topic, partition, directory, config, segments, clock_ms)
+        instance = cls(topic, partition, directory, config, segments, clock_ms, timer_ms)
         instance._directory_dirty = created
         return instance
 
@@ -140,7 +137,7 @@ class Log:
         active.append_many(message_sets)
         self.log_end = offset + total
         if self._unflushed_messages == 0:
-            self._unflushed_since_ms = now
+            self._unflushed_since_ms = self._timer_ms()
         self._unflushed_messages += messages
         return offset
 
@@ -178,7 +175,8 @@ class Log:
     # --- flush -----------------------------------------------------------------
 
     def flush_due(self, now_ms: int | None = None) -> bool:
-        now = self._clock_ms() if now_ms is None else now_ms
+        """``now_ms`` is on the timer clock (``monotonic_ms``)."""
+        now = self._timer_ms() if now_ms is None else now_ms
         return self.config.flush_due(self._unflushed_messages, self._unflushed_since_ms, now)
 
     @property
@@ -196,7 +194,7 @@ class Log:
             self.directory if self._directory_dirty else None,
             self.log_end,
             self._unflushed_messages,
-            self._clock_ms(),
+            self._timer_ms(),
         )
         self._directory_dirty = False
         return pending

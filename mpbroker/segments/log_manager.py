@@ -11,7 +11,8 @@ import logging
 import os
 
 from mpbroker.errors import StorageError
-from mpbroker.segments.log import Log, wall_clock_ms
+from mpbroker.clock import monotonic_ms, wall_clock_ms
+from mpbroker.segments.log import Log
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.naming import check_topic, parse_partition_dir
 from mpbroker.segments.clean_shutdown import MARKER_NAME
@@ -24,11 +25,13 @@ def _owns_everything(topic: str, partition: int) -> bool:
 
 
 class LogManager:
-    def __init__(self, log_dir: str, config_for=None, *, owns=_owns_everything, clock_ms=wall_clock_ms):
+    def __init__(self, log_dir: str, config_for=None, *, owns=_owns_everything, clock_ms=wall_clock_ms,
+                 timer_ms=monotonic_ms):
         self.log_dir = os.path.realpath(log_dir)
         self._config_for = config_for or (lambda topic: LogConfig())
         self._owns = owns
-        self._clock_ms = clock_ms
+        self._clock_ms = clock_ms  # dates (retention)
+        self._timer_ms = timer_ms  # intervals (flush timing)
         self._logs = {}
         try:
             os.makedirs(self.log_dir, 0o755, exist_ok=True)
@@ -62,7 +65,8 @@ class LogManager:
 
     def _open(self, topic: str, partition: int, *, recover: bool) -> Log:
         partition_log = Log.open(
-            self.log_dir, topic, partition, self._config_for(topic), recover=recover, clock_ms=self._clock_ms
+            self.log_dir, topic, partition, self._config_for(topic), recover=recover, clock_ms=self._clock_ms,
+            timer_ms=self._timer_ms,
         )
         self._logs[(topic, partition)] = partition_log
         return partition_log
@@ -93,7 +97,8 @@ class LogManager:
             partition_log.config = config_for(partition_log.topic)
 
     def logs_due_for_flush(self, now_ms: int | None = None) -> list:
-        now = self._clock_ms() if now_ms is None else now_ms
+        """``now_ms`` is on the timer clock (``monotonic_ms``)."""
+        now = self._timer_ms() if now_ms is None else now_ms
         return [partition_log for partition_log in self._logs.values() if partition_log.flush_due(now)]
 
     def flush_all(self) -> None:

@@ -37,13 +37,12 @@ class _Produce:
 
 
 class ProduceHandler:
-    def __init__(self, logs, publisher, flusher, config, answer, clock_ms):
+    def __init__(self, logs, publisher, flusher, config, answer):
         self._logs = logs
         self._publisher = publisher
         self._flusher = flusher
         self.config = config  # replaced on reload
         self._answer = answer  # callable(kind, parts): queue a record for the acceptor
-        self._clock_ms = clock_ms
         self._partial = {}  # request id -> (first fragment, bytearray, bytes received)
         self._topics = {}  # topic bytes -> str
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
@@ -138,7 +137,6 @@ class ProduceHandler:
             return
         if self._storage_failures.failing:
             self._storage_failures.succeeded((topic, partition), f"appending to {topic}-{partition}")
-        now = self._clock_ms()
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
             next_offset = offset + len(produce.data)
@@ -149,7 +147,7 @@ class ProduceHandler:
                 self._flush_waiters.setdefault(partition_log, []).append(
                     (next_offset, produce.request_id, produce.partition, offset))
             offset = next_offset
-        if partition_log in self._flush_waiters or partition_log.flush_due(now):
+        if partition_log in self._flush_waiters or partition_log.flush_due():
             self._flusher.request(partition_log)
         self._publisher.publish(partition_log)
 

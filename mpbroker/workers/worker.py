@@ -19,6 +19,7 @@ import logging
 import selectors
 import time
 
+from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.config import config_from_properties
 from mpbroker.errors import LogCorruptError, StorageError
 from mpbroker.ipc.ring import Ring
@@ -26,7 +27,6 @@ from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
 from mpbroker.ownership import owner_slot
 from mpbroker.segments import LogManager
-from mpbroker.segments.log import wall_clock_ms
 from mpbroker.workers.flusher import Flusher
 from mpbroker.workers.produce_handler import ProduceHandler
 from mpbroker.workers.publisher import Publisher
@@ -52,7 +52,7 @@ class _Timer:
 
 class PartitionWorker:
     def __init__(self, slot: int, config, requests: Ring, answers: Ring, table, slots, control, counters, *,
-                 recover: bool, clock_ms=wall_clock_ms):
+                 recover: bool):
         self.slot = slot
         self.config = config
         self.requests = requests
@@ -60,15 +60,13 @@ class PartitionWorker:
         self.slots = slots
         self.control = control
         self.recover = recover
-        self._clock_ms = clock_ms
         num_workers = config.num_workers
-        self.logs = LogManager(config.log_dir, config.log_config_for, clock_ms=clock_ms,
+        self.logs = LogManager(config.log_dir, config.log_config_for,
                                owns=lambda topic, partition: owner_slot(topic, partition, num_workers) == slot)
         self.publisher = Publisher(table)
         self.flusher = Flusher(counters)
         self._outbox = collections.deque()
-        self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config,
-                                      self._queue_answer, clock_ms)
+        self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer)
         self._stopping = False
         self._exit_code = EXIT_GRACEFUL
         self._wakeup_read = -1
@@ -98,13 +96,13 @@ class PartitionWorker:
         self._wakeup_read = install_child_signals()
         self.requests.attach_reader(discard=True)
         self.answers.attach_writer()
-        self._beat(self._clock_ms())
+        self._beat(monotonic_ms())
         try:
             self._open_logs()
         except (LogCorruptError, StorageError) as exc:
             log.critical("cannot open the partition logs: %s", exc)
             return EXIT_LOG_REFUSED
-        self._make_timers(self._clock_ms())
+        self._make_timers(monotonic_ms())
         self.control.send("ready", slot=self.slot, partitions=len(self.logs))
         selector = selectors.DefaultSelector()
         selector.register(self.requests.data_fd, selectors.EVENT_READ, self._on_requests)
@@ -133,11 +131,12 @@ class PartitionWorker:
     def _select_timeout(self) -> float:
         if self._outbox:
             return FULL_RING_RETRY_S
-        now = self._clock_ms()
+        now = monotonic_ms()
         return max(0.0, min(timer.due_ms for timer in self._timers) - now) / 1000
 
     def _run_timers(self) -> None:
-        now = self._clock_ms()
+        """Due timers, on the monotonic clock: a step of the date neither holds nor hurries them."""
+        now = monotonic_ms()
         for timer in self._timers:
             if now >= timer.due_ms:
                 timer.due_ms = now + timer.interval_ms
@@ -163,7 +162,7 @@ class PartitionWorker:
         Ring.clear_notification(self.answers.space_fd)
 
     def _on_flushed(self) -> None:
-        now = self._clock_ms()
+        now = wall_clock_ms()  # the date of the last flush, for the metrics
         for partition_log, error in self.flusher.collect():
             if error is not None:
                 log.critical("%s; exiting so that recovery checks the log", error)
@@ -205,7 +204,8 @@ class PartitionWorker:
         for partition_log in self.logs.logs_due_for_flush(now):
             self.flusher.request(partition_log)
 
-    def _apply_retention(self, now: int) -> None:
+    def _apply_retention(self, _now: int) -> None:
+        now = wall_clock_ms()  # retention compares segment modification dates
         for partition_log in self.logs.logs():
             if partition_log.apply_retention(now):
                 self.publisher.publish(partition_log)
@@ -219,7 +219,7 @@ class PartitionWorker:
         self.handler.config = config
         self.logs.reconfigure(config.log_config_for)
         set_level(config.log_level)
-        self._make_timers(self._clock_ms())
+        self._make_timers(monotonic_ms())
         log.info("reloaded: flush every %d messages or %d ms, retention %d hours",
                  config.log_flush_interval, config.log_default_flush_interval_ms, config.log_retention_hours)
 
@@ -240,7 +240,7 @@ class PartitionWorker:
                 log.critical("final flush of %s failed: %s", partition_log.directory, exc)
                 self._exit_code = EXIT_FLUSH_FAILED
                 continue
-            self.publisher.flushed(partition_log, self._clock_ms())
+            self.publisher.flushed(partition_log, wall_clock_ms())
             self.handler.flushed(partition_log)
         self._send_answers()
         self.flusher.stop()

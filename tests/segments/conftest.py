@@ -8,7 +8,8 @@ from mpbroker.segments.message import encode_message_set
 
 
 class FakeClock:
-    """Milliseconds under the test's control (for roll and flush timing)."""
+    """Milliseconds under the test's control: both of a log's clocks (dates for roll and
+    retention, the timer for flushes)."""
 
     def __init__(self, now_ms: int = 1_700_000_000_000):
         self.now_ms = now_ms
@@ -35,7 +36,8 @@ def open_log(tmp_path, clock):
     opened = []
 
     def factory(topic="clicks", partition=0, recover=False, **config):
-        log = Log.open(str(tmp_path), topic, partition, LogConfig(**config), recover=recover, clock_ms=clock)
+        log = Log.open(str(tmp_path), topic, partition, LogConfig(**config), recover=recover, clock_ms=clock,
+                       timer_ms=clock)
         opened.append(log)
         return log
 

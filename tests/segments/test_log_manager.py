@@ -83,7 +83,7 @@ def test_clean_marker_skips_recovery(tmp_path):
 
 def test_reconfigure_and_flush_scheduling(tmp_path):
     now = [0]
-    manager = LogManager(str(tmp_path), lambda topic: LogConfig(flush_interval_ms=1000), clock_ms=lambda: now[0])
+    manager = LogManager(str(tmp_path), lambda topic: LogConfig(flush_interval_ms=1000), timer_ms=lambda: now[0])
     log = manager.get_or_create("t", 0)
     log.append(message_set(1), 1)
     now[0] = 500
