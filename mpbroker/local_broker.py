@@ -6,6 +6,7 @@ it, waits until the acceptor is up (through the control socket), and stops it.
         ... broker.port ...
 
 Keyword properties use ``_`` for ``.`` (``log_file_size=300`` is ``log.file.size=300``).
+``env`` adds environment variables for the broker process (e.g. an LD_PRELOAD shim).
 """
 
 import os
@@ -20,8 +21,9 @@ DEFAULTS = {"port": "0", "hostname": "127.0.0.1"}
 
 
 class LocalBroker:
-    def __init__(self, directory, **properties):
+    def __init__(self, directory, env=None, **properties):
         self.directory = str(directory)
+        self.env = dict(env or {})
         os.makedirs(self.directory, exist_ok=True)
         self.log_dir = os.path.join(self.directory, "logs")
         self.properties = {**DEFAULTS, "log.dir": self.log_dir}
@@ -43,6 +45,7 @@ class LocalBroker:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mpbroker.cli", "serve", self.config_path],
                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
+                env={**os.environ, **self.env} if self.env else None,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -12,6 +12,14 @@ before and after the fields (x86-64 store and load ordering makes this sound). T
 ``seq`` and the entry count are loaded and stored as whole aligned 8-byte words
 through a typed memoryview: ``struct.pack_into`` would zero-fill the bytes first and
 let a reader see a torn, even ``seq``.
+
+A writer killed between the two ``seq`` stores leaves its entries odd. Readers then
+wait (``read`` raises TornEntryError after its patience) until the slot's next
+writer, the respawned worker, takes its entries over (``take_over``): it reads the
+fields as they are stored, without waiting for an even ``seq`` that no live process
+will ever write, and its next ``write`` makes the entry consistent again. Every field
+is an aligned 8-byte word (or the partition, which never changes), so each holds a
+value the dead writer stored, the old one or the new one.
 """
 
 import mmap
@@ -23,8 +31,8 @@ from typing import NamedTuple
 _HEADER_BYTES = 64
 ENTRY_BYTES = 384  # a multiple of 8: every entry's seq word is aligned
 # log_start, flushed_end, log_end, segments_version, messages_in, bytes_in, last_flush_ms,
-# segment_count, partition
-_FIELDS = struct.Struct("<qqqQQQqIi")
+# recovery_point, segment_count, partition
+_FIELDS = struct.Struct("<qqqQQQqqIi")
 _FIELDS_AT = 8
 _NAME_AT = _FIELDS_AT + _FIELDS.size
 _NAME_LENGTH = struct.Struct("<H")
@@ -33,12 +41,13 @@ MAX_TOPIC_BYTES = 255
 
 class PartitionState(NamedTuple):
     log_start: int
-    flushed_end: int
+    flushed_end: int  # what readers may see
     log_end: int
     segments_version: int
     messages_in: int  # messages appended since the broker started (all worker lives)
     bytes_in: int
     last_flush_ms: int
+    recovery_point: int  # everything before it is on disk (fsync'ed); -1: not known yet
     segment_count: int
     partition: int
 
@@ -137,13 +146,19 @@ class PartitionTable:
             raise ValueError(f"topic name of {len(raw)} bytes is too long")
         at = self._at(count)
         self._words[at >> 3] = 0
-        _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, 0, partition)
+        _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, -1, 0, partition)
         _NAME_LENGTH.pack_into(self._mm, at + _NAME_AT, len(raw))
         start = at + _NAME_AT + _NAME_LENGTH.size
         self._mm[start:start + len(raw)] = raw
         self._words[0] = count + 1  # publish the entry last
         self._writer_index[(topic, partition)] = count
         return count
+
+    def take_over(self, index: int) -> PartitionState:
+        """The state a new writer of this slot finds in its entry: the fields as stored,
+        also when a dead predecessor left the entry mid-update (no waiting: nobody else
+        writes it). The next ``write`` makes the entry consistent for readers again."""
+        return PartitionState(*_FIELDS.unpack_from(self._mm, self._at(index) + _FIELDS_AT))
 
     def write(self, index: int, state: PartitionState) -> None:
         at = self._at(index)

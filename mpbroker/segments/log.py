@@ -12,13 +12,14 @@ A Log is used by one thread at a time (its owner); only ``sync_pending`` may run
 elsewhere, and it touches nothing but file descriptors the Log keeps open for it.
 """
 
+import errno
 import logging
 import os
 from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.durability import sync_directory
-from mpbroker.errors import StorageError
+from mpbroker.errors import LogCorruptError, StorageError
 from mpbroker.segments import retention
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.log_view import locate
@@ -28,6 +29,14 @@ from mpbroker.segments.recovery import open_segments
 from mpbroker.segments.segment import Segment
 
 log = logging.getLogger(__name__)
+
+
+class LogRemovedError(StorageError):
+    """A segment file of a log was removed or replaced behind the broker's back."""
+
+
+class FlushPostponedError(StorageError):
+    """A flush could not finish for a passing reason (no free file descriptor)."""
 
 
 class FileRegion(NamedTuple):
@@ -40,8 +49,8 @@ class FileRegion(NamedTuple):
 
 class PendingFlush(NamedTuple):
     segments: tuple  # segments whose data must reach the disk
-    directory: str | None  # the partition directory, when a segment was created since the last flush
-    end: int  # log end when the flush began: what becomes visible when it is done
+    directories: tuple  # directories whose entries changed: the partition's, and log.dir for a new partition
+    end: int  # log end when the flush began: what becomes visible (and durable) when it is done
     messages: int  # unflushed messages it covers
     began_ms: int  # timer clock
 
@@ -62,15 +71,23 @@ class Log:
         self.log_end = segments[-1].end
         # What is on disk at open time is what readers may see.
         self.flushed_end = self.log_end
+        # Everything before the recovery point is durable: a completed flush covered it
+        # (or the last shutdown was clean). None: not known (recovered without one).
+        self.recovery_point = self.log_end
         self._unflushed_messages = 0
         self._unflushed_since_ms = 0
-        self._directory_dirty = False
+        self._dirty_directories = set()  # directories to fsync with the next flush
         self.segments_version = 0  # bumped whenever the segment list changes
+        self.failure = None  # why this log takes no more appends (its files were removed)
+        self.recovery_scanned = 0  # bytes recovery read when the log was opened
 
     @classmethod
     def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *,
-             recover: bool, clock_ms=wall_clock_ms, timer_ms=monotonic_ms) -> "Log":
-        """Open (creating if needed) the log of ``topic``/``partition`` under ``log_dir``."""
+             recover: bool, recovery_point: int | None = None, clock_ms=wall_clock_ms,
+             timer_ms=monotonic_ms) -> "Log":
+        """Open (creating if needed) the log of ``topic``/``partition`` under ``log_dir``.
+        With ``recover``, repair what lies past ``recovery_point`` (see ``recovery``); the
+        recovered segments count as unflushed until the next flush covers them."""
         topic = check_topic(topic)
         if partition < 0:
             raise ValueError(f"partition must be >= 0, not {partition}")
@@ -83,13 +100,40 @@ class Log:
             pass
         except OSError as exc:
             raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
-        segments = open_segments(directory, recover=recover)
-        if not segments:
-            segments = [Segment.create(directory, 0, clock_ms())]
-            created = True
+        try:
+            segments, scanned = open_segments(directory, recover=recover, recovery_point=recovery_point)
+            first_segment_made = not segments
+            if first_segment_made:
+                segments = [Segment.create(directory, 0, clock_ms())]
+        except BaseException:
+            if created:  # a refused new partition leaves no empty directory behind
+                _remove_empty_directory(directory)
+            raise
         instance = cls(topic, partition, directory, config, segments, clock_ms, timer_ms)
-        instance._directory_dirty = created
+        instance.recovery_scanned = scanned
+        if created:
+            instance.recovery_point = 0
+            instance._dirty_directories.update((directory, os.path.dirname(directory)))
+        elif recover:
+            instance._recovered(recovery_point)
+        if first_segment_made:
+            instance._dirty_directories.add(directory)
         return instance
+
+    def _recovered(self, recovery_point: int | None) -> None:
+        """After recovery nothing past the recovery point is known to be durable (the
+        page cache of a crashed process may still hold it): the next flush syncs every
+        segment from there on, and the directory (truncations, deletions)."""
+        if recovery_point is None or recovery_point > self.log_end:
+            self.recovery_point = None
+            unsynced = self._segments
+        else:
+            self.recovery_point = max(recovery_point, self.log_start)
+            unsynced = [segment for segment in self._segments if segment.end > self.recovery_point
+                        or segment is self._segments[-1]]
+        for segment in unsynced:
+            segment.dirty = True
+        self._dirty_directories.add(self.directory)
 
     # --- state -----------------------------------------------------------------
 
@@ -121,25 +165,67 @@ class Log:
         return self.append_many((message_set,), messages)
 
     def append_many(self, message_sets, messages: int) -> int:
-        """Append several validated sets back to back with one ``writev``; return the
-        offset of the first. The caller can derive each set's offset from the lengths."""
+        """Append several validated sets back to back; return the offset of the first.
+        The caller can derive each set's offset from the lengths. The sets that fit in
+        the active segment go in one ``writev``; the log rolls between two sets where
+        the next would push a non-empty segment past ``log.file.size`` (a segment
+        exceeds it only by a single set larger than the limit). On StorageError the log
+        is as it was."""
+        if self.failure is not None:
+            raise StorageError(self.failure)
         now = self._clock_ms()
-        total = sum(len(message_set) for message_set in message_sets)
-        active = self._segments[-1]
-        if active.size > 0 and (
-            active.size + total > self.config.segment_bytes
-            or now - active.created_ms > self.config.roll_ms
-        ):
-            active = self.roll(now)
+        limit = self.config.segment_bytes
         offset = self.log_end
-        if active.size == 0:
-            active.created_ms = now
-        active.append_many(message_sets)
-        self.log_end = offset + total
+        segments_before = len(self._segments)
+        written = []  # (segment, its size before this append)
+        try:
+            active = self._segments[-1]
+            if active.size > 0 and now - active.created_ms > self.config.roll_ms:
+                active = self.roll(now)
+            run, run_bytes = [], 0
+            for message_set in message_sets:
+                size = len(message_set)
+                if active.size + run_bytes + size > limit and active.size + run_bytes > 0:
+                    if run:
+                        written.append(self._write_run(active, run, now))
+                        run, run_bytes = [], 0
+                    active = self.roll(now)  # at the log end, which the run moved
+                run.append(message_set)
+                run_bytes += size
+            if run:
+                written.append(self._write_run(active, run, now))
+        except StorageError:
+            self._undo_append(written, segments_before)
+            self.log_end = offset
+            raise
         if self._unflushed_messages == 0:
             self._unflushed_since_ms = self._timer_ms()
         self._unflushed_messages += messages
         return offset
+
+    def _write_run(self, segment: Segment, run: list, now: int) -> tuple:
+        size_before = segment.size
+        if size_before == 0:
+            segment.created_ms = now
+        segment.append_many(run)  # undoes its own partial write on failure
+        self.log_end = segment.end
+        return segment, size_before
+
+    def _undo_append(self, written: list, segments_before: int) -> None:
+        """Take back the runs an append wrote before a later run or roll failed."""
+        try:
+            for segment, size_before in written:
+                if segment in self._segments[:segments_before]:
+                    segment.truncate(size_before)
+            for segment in self._segments[segments_before:]:
+                segment.delete()
+        except OSError as exc:
+            raise LogCorruptError(f"an append to {self.directory} failed and could not be taken back "
+                                  f"({exc.strerror}); recovery will repair the log on restart") from exc
+        if len(self._segments) > segments_before:
+            del self._segments[segments_before:]
+            del self._bases[segments_before:]
+            self.segments_version += 1
 
     def roll(self, now_ms: int | None = None) -> Segment:
         """Start a new, empty active segment at the log end (the old one keeps its
@@ -150,7 +236,7 @@ class Log:
         segment = Segment.create(self.directory, self.log_end, now)
         self._segments.append(segment)
         self._bases.append(segment.base)
-        self._directory_dirty = True
+        self._dirty_directories.add(self.directory)
         self.segments_version += 1
         log.debug("rolled %s-%d to a new segment at %d", self.topic, self.partition, segment.base)
         return segment
@@ -181,7 +267,8 @@ class Log:
 
     @property
     def needs_flush(self) -> bool:
-        return self.flushed_end < self.log_end or self._directory_dirty
+        return (self.recovery_point is None or self.recovery_point < self.log_end
+                or bool(self._dirty_directories))
 
     def begin_flush(self) -> PendingFlush:
         """Note what a flush will cover; pair with ``sync_pending`` and ``finish_flush``."""
@@ -191,12 +278,12 @@ class Log:
             segment.flushes_in_progress += 1
         pending = PendingFlush(
             dirty,
-            self.directory if self._directory_dirty else None,
+            tuple(sorted(self._dirty_directories, key=len, reverse=True)),  # a partition's before log.dir
             self.log_end,
             self._unflushed_messages,
             self._timer_ms(),
         )
-        self._directory_dirty = False
+        self._dirty_directories.clear()
         return pending
 
     def finish_flush(self, pending: PendingFlush, error: BaseException | None = None) -> None:
@@ -206,11 +293,18 @@ class Log:
         if error is not None:
             for segment in pending.segments:
                 segment.dirty = True
-            if pending.directory is not None:
-                self._directory_dirty = True
+            self._dirty_directories.update(pending.directories)
+            if isinstance(error, LogRemovedError):
+                self.failure = f"{error}; appends are refused until the broker restarts"
+            if isinstance(error, StorageError):
+                raise error
             raise StorageError(f"flush of {self.directory} failed: {error}") from error
         if pending.end > self.flushed_end:
             self.flushed_end = pending.end
+        # Every earlier flush completed (one at a time; a failed one stops the owner), so
+        # with this one everything before its end is on disk.
+        if self.recovery_point is None or pending.end > self.recovery_point:
+            self.recovery_point = pending.end
         self._unflushed_messages -= pending.messages
         if self._unflushed_messages > 0:
             self._unflushed_since_ms = pending.began_ms
@@ -222,7 +316,7 @@ class Log:
         pending = self.begin_flush()
         try:
             sync_pending(pending)
-        except OSError as exc:
+        except (OSError, StorageError) as exc:
             self.finish_flush(pending, exc)  # raises StorageError
         else:
             self.finish_flush(pending)
@@ -257,23 +351,57 @@ class Log:
         self.segments_version += 1
         # Deleted data cannot be waiting for a flush any more.
         self.flushed_end = max(self.flushed_end, self.log_start)
+        if self.recovery_point is not None:
+            self.recovery_point = max(self.recovery_point, self.log_start)
         return [segment.base for segment in deleted]
 
     # --- lifecycle -------------------------------------------------------------
 
     def close(self) -> None:
-        """Flush and close every segment."""
+        """Flush and close every segment (a log whose files were removed is only closed)."""
         try:
-            self.flush()
+            if self.failure is None:
+                self.flush()
         finally:
             for segment in self._segments:
                 segment.close()
 
 
 def sync_pending(pending: PendingFlush) -> None:
-    """Make a pending flush durable: ``fdatasync`` each segment, ``fsync`` the
-    directory when a segment file was created. Blocking; safe on another thread."""
+    """Make a pending flush durable: ``fdatasync`` each segment in log order, then
+    ``fsync`` the directories whose entries changed (a rolled segment's name becomes
+    durable only after the data before it). Blocking; safe on another thread.
+
+    Raises OSError when a sync fails, LogRemovedError when a segment file was unlinked
+    or replaced behind the broker's back (its data would be gone at the next start),
+    FlushPostponedError when no file descriptor was free to open a directory (the
+    segments were synced; the flush is tried again later)."""
     for segment in pending.segments:
         os.fdatasync(segment.fd)
-    if pending.directory is not None:
-        sync_directory(pending.directory)
+        _check_still_linked(segment)
+    for directory in pending.directories:
+        try:
+            sync_directory(directory)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise FlushPostponedError(f"cannot open {directory} to sync it: {exc.strerror}") from exc
+            raise
+
+
+def _check_still_linked(segment: Segment) -> None:
+    """The segment's file is still the one at its path (one fstat and one stat)."""
+    status = os.fstat(segment.fd)
+    try:
+        linked = status.st_nlink > 0 and os.stat(segment.path).st_ino == status.st_ino
+    except FileNotFoundError:
+        linked = False
+    if not linked:
+        raise LogRemovedError(f"{segment.path} was removed while the broker ran (rm of the partition "
+                              "directory?): what it held is gone from disk")
+
+
+def _remove_empty_directory(directory: str) -> None:
+    try:
+        os.rmdir(directory)
+    except OSError:
+        pass

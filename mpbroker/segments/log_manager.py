@@ -38,8 +38,10 @@ class LogManager:
         except OSError as exc:
             raise StorageError(f"cannot create log.dir {self.log_dir}: {exc.strerror}") from exc
 
-    def open_existing(self, *, recover: bool) -> list:
-        """Open every owned partition log found under ``log.dir``; apply retention."""
+    def open_existing(self, *, recover: bool, recovery_point_of=None) -> list:
+        """Open every owned partition log found under ``log.dir``; apply retention.
+        ``recovery_point_of(topic, partition)`` says where recovery starts (None: not
+        known; see ``recovery``)."""
         opened = []
         for name in sorted(os.listdir(self.log_dir)):
             path = os.path.join(self.log_dir, name)
@@ -57,16 +59,17 @@ class LogManager:
             if not is_directory:
                 log.warning("ignoring %s in log.dir: named like a partition directory but not a directory", path)
                 continue
-            opened.append(self._open(topic, partition, recover=recover))
+            point = recovery_point_of(topic, partition) if recover and recovery_point_of else None
+            opened.append(self._open(topic, partition, recover=recover, recovery_point=point))
         now = self._clock_ms()
         for partition_log in opened:
             partition_log.apply_retention(now)
         return opened
 
-    def _open(self, topic: str, partition: int, *, recover: bool) -> Log:
+    def _open(self, topic: str, partition: int, *, recover: bool, recovery_point: int | None = None) -> Log:
         partition_log = Log.open(
-            self.log_dir, topic, partition, self._config_for(topic), recover=recover, clock_ms=self._clock_ms,
-            timer_ms=self._timer_ms,
+            self.log_dir, topic, partition, self._config_for(topic), recover=recover,
+            recovery_point=recovery_point, clock_ms=self._clock_ms, timer_ms=self._timer_ms,
         )
         self._logs[(topic, partition)] = partition_log
         return partition_log

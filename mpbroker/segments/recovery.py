@@ -1,17 +1,26 @@
-"""Opening a partition's segments after a restart, and repairing a torn tail.
+"""Opening a partition's segments after a restart, and repairing what a crash left.
 
-After a clean shutdown the segments are trusted as they are. Otherwise the last
-segment is scanned from its start and truncated at the first message that is torn
-or corrupt (a short length, a length below 5, a message running past the end of
-the file, a CRC mismatch): a crash can only lose bytes that were not yet flushed,
-and those lie at the end of the log. Earlier segments are not scanned (that would
-make every restart read the whole log); damage to them is caught by the consumers'
-CRC check, and ``verify`` finds it offline.
+After a clean shutdown the segments are trusted as they are. Otherwise recovery
+starts at the log's recovery point: the end of what a completed flush made durable
+(``fdatasync`` of every segment before it, ``fsync`` of the directory), as the
+worker's partition table or the checkpoint file in ``log.dir`` remembers it. Bytes
+before it are trusted and not read (a restart does not read the whole log); from it
+on, every message is checked (a short length, a length below 5, a message running
+past the end of the file, a CRC mismatch) across every later segment, and the log
+ends at the first bad byte: that segment is truncated there and any later segment
+file is deleted. Only unflushed data lies past the recovery point, and a crash or a
+power cut can leave it torn anywhere: the tail of a segment cut short while the next
+segment, created by a roll, survived (a gap), a garbage tail, an empty segment with
+a later one behind it. None of it was acknowledged as flushed.
+
+Without a recovery point (a broker directory from before checkpoints, or a new
+``num.workers``) the last segment alone is scanned, and a gap between segments is
+refused, since it could lie below what was flushed.
 
 What truncation cannot repair is refused, before anything is changed, with a
 message naming the partition directory and the file: segments that are not
-contiguous (a missing, extra, empty or cut-short file before the last one), a file
-named ``*.kafka`` that is not ``<20-digit base offset>.kafka``, a segment that
+contiguous below the recovery point (a missing, extra, empty or cut-short file), a
+file named ``*.kafka`` that is not ``<20-digit base offset>.kafka``, a segment that
 cannot be opened or is not a regular file. Other files in the directory are left
 alone, with a warning.
 """
@@ -31,20 +40,71 @@ _UNLIMITED = 1 << 62
 _REMEDY = "Nothing was changed; restore the missing file or move the odd one out of the directory, then start again."
 
 
-def open_segments(directory: str, recover: bool) -> list:
-    """Open every segment of ``directory`` in base order, repairing the last if ``recover``."""
+def open_segments(directory: str, recover: bool, recovery_point: int | None = None) -> tuple:
+    """Open every segment of ``directory`` in base order; with ``recover``, repair what
+    lies past ``recovery_point`` (None: not known, scan the last segment only). Returns
+    ``(segments, bytes scanned)``."""
     segments = []
+    scanned = 0
     try:
         for base in segment_bases(directory):
             segments.append(_open_segment(directory, base))
-        _check_contiguous(directory, segments)
-        if recover and segments:
+        if not recover or not segments:
+            _check_contiguous(directory, segments)
+        elif recovery_point is None or not _plausible(directory, segments, recovery_point):
+            _check_contiguous(directory, segments)
+            scanned = segments[-1].size
             truncate_torn_tail(segments[-1])
+        else:
+            scanned = segments[-1].end - max(recovery_point, segments[0].base)
+            segments = recover_from(directory, segments, recovery_point)
     except BaseException:
         for segment in segments:
             segment.close()
         raise
-    return segments
+    return segments, scanned
+
+
+def _plausible(directory: str, segments: list, recovery_point: int) -> bool:
+    """A recovery point past the end of the files cannot be right (data flushed before
+    it is gone, or the checkpoint is not this log's): warn and recover without it."""
+    if recovery_point <= segments[-1].end:
+        return True
+    log.warning("recovery: %s ends at %d, before its recovery point %d; recovering without it "
+                "(the last segment is scanned)", directory, segments[-1].end, recovery_point)
+    return False
+
+
+def recover_from(directory: str, segments: list, recovery_point: int) -> list:
+    """Check everything from ``recovery_point`` on and end the log at the first bad
+    byte; return the segments that remain. Below the recovery point a gap is damage
+    and refused; above it, only unflushed data was lost."""
+    point = max(recovery_point, segments[0].base)
+    first = max(index for index, segment in enumerate(segments) if segment.base <= point)
+    _check_contiguous(directory, segments[:first + 1])
+    if segments[first].end < point:
+        raise LogCorruptError(
+            f"partition directory {directory}: segment file {os.path.basename(segments[first].path)} ends at "
+            f"offset {segments[first].end}, but everything up to {point} was flushed; data was lost below "
+            f"the recovery point. {_REMEDY}")
+    kept = first + 1
+    expected = segments[first].base
+    for index in range(first, len(segments)):
+        segment = segments[index]
+        if segment.base != expected:
+            break  # a gap: the rest was written after the last flush and partly lost
+        start = point - segment.base if index == first else 0
+        valid = start + valid_prefix_length(segment, start)
+        kept = index + 1
+        if valid < segment.size:
+            _truncate(segment, valid)
+            break
+        expected = segment.end
+    for segment in segments[kept:]:
+        log.warning("recovery: deleting %s (%d bytes past the end of the recovered log at %d; "
+                    "none of it was flushed)", segment.path, segment.size, segments[kept - 1].end)
+        segment.delete()
+    return segments[:kept]
 
 
 def segment_bases(directory: str) -> list:
@@ -95,13 +155,18 @@ def _describe_gap(previous: Segment, following: Segment) -> str:
             f"({segment_file_name(previous.end)} would)")
 
 
-def valid_prefix_length(segment: Segment) -> int:
-    """How many leading bytes of ``segment`` are whole, CRC-valid messages."""
-    if segment.size == 0:
+def valid_prefix_length(segment: Segment, start: int = 0) -> int:
+    """How many bytes of ``segment`` from position ``start`` (a message boundary) on
+    are whole, CRC-valid messages."""
+    if segment.size <= start:
         return 0
-    with mmap.mmap(segment.fd, segment.size, access=mmap.ACCESS_READ) as view:
-        # Shallow: a wrapper's CRC covers its compressed bytes, which is what can tear.
-        return validate_message_set(view, _UNLIMITED, deep=False).valid_bytes
+    with mmap.mmap(segment.fd, segment.size, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)[start:]
+        try:
+            # Shallow: a wrapper's CRC covers its compressed bytes, which is what can tear.
+            return validate_message_set(view, _UNLIMITED, deep=False).valid_bytes
+        finally:
+            view.release()
 
 
 def truncate_torn_tail(segment: Segment) -> int:
@@ -109,9 +174,11 @@ def truncate_torn_tail(segment: Segment) -> int:
     valid = valid_prefix_length(segment)
     cut = segment.size - valid
     if cut:
-        log.warning(
-            "recovery: truncating %s from %d to %d bytes (torn or corrupt tail of %d bytes)",
-            segment.path, segment.size, valid, cut,
-        )
-        segment.truncate(valid)
+        _truncate(segment, valid)
     return cut
+
+
+def _truncate(segment: Segment, valid: int) -> None:
+    log.warning("recovery: truncating %s from %d to %d bytes (torn or corrupt tail of %d bytes)",
+                segment.path, segment.size, valid, segment.size - valid)
+    segment.truncate(valid)

@@ -6,6 +6,9 @@ finishes it (``Log.finish_flush``) itself, so a Log is only ever changed by one
 thread. Each log has at most one flush in flight; a request that arrives meanwhile is
 remembered and issued when the first completes, so a busy log gets back-to-back
 flushes that each cover everything appended so far (group commit).
+
+The same threads write the worker's recovery-point checkpoint (two more fsyncs), one
+write at a time, so the main thread never waits for the disk.
 """
 
 import logging
@@ -15,8 +18,10 @@ import select
 import threading
 import time
 
+from mpbroker.errors import StorageError
 from mpbroker.ipc.counters import record_flush
 from mpbroker.segments.log import sync_pending
+from mpbroker.segments.recovery_points import write_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +34,8 @@ class Flusher:
         self._finished = queue.SimpleQueue()
         self._in_flight = {}  # Log -> PendingFlush
         self._again = set()  # logs asked to flush again while one was in flight
+        self.checkpoint_in_flight = None  # the points being written, while a checkpoint write runs
+        self.checkpoint_result = None  # (points, error) of the last finished checkpoint write, until taken
         self._threads = [threading.Thread(target=self._run, name=f"flusher-{i}", daemon=True)
                          for i in range(threads)]
         for thread in self._threads:
@@ -45,19 +52,29 @@ class Flusher:
         self._in_flight[partition_log] = pending
         self._work.put((partition_log, pending))
 
+    def write_checkpoint(self, path: str, points: dict) -> None:
+        """Write the recovery-point checkpoint in the background (not while another runs)."""
+        if self.checkpoint_in_flight is not None:
+            raise RuntimeError("a checkpoint write is already in flight")
+        self.checkpoint_in_flight = points
+        self._work.put((None, (path, points)))
+
     def _run(self) -> None:
         while True:
             item = self._work.get()
             if item is None:
                 return
-            partition_log, pending = item
+            partition_log, job = item
             error = None
             started = time.monotonic()
             try:
-                sync_pending(pending)
-            except OSError as exc:
+                if partition_log is None:
+                    write_checkpoint(*job)
+                else:
+                    sync_pending(job)
+            except (OSError, StorageError) as exc:
                 error = exc
-            self._finished.put((partition_log, pending, error, time.monotonic() - started))
+            self._finished.put((partition_log, job, error, time.monotonic() - started))
             os.eventfd_write(self.done_fd, 1)
 
     def collect(self) -> list:
@@ -72,6 +89,10 @@ class Flusher:
                 partition_log, pending, error, seconds = self._finished.get_nowait()
             except queue.Empty:
                 break
+            if partition_log is None:  # a checkpoint write
+                self.checkpoint_result = (self.checkpoint_in_flight, error)
+                self.checkpoint_in_flight = None
+                continue
             record_flush(self.counters, seconds, error is not None)  # here: one writer, the main thread
             del self._in_flight[partition_log]
             try:
@@ -86,9 +107,10 @@ class Flusher:
         return results
 
     def wait_idle(self) -> list:
-        """Block until no flush is in flight; return what ``collect`` gathered meanwhile."""
+        """Block until no flush (nor checkpoint write) is in flight; return what
+        ``collect`` gathered meanwhile."""
         results = []
-        while self._in_flight:
+        while self._in_flight or self.checkpoint_in_flight is not None:
             select.select([self.done_fd], [], [], 1.0)
             results.extend(self.collect())
         return results

@@ -164,6 +164,13 @@ class ProduceHandler:
         self._answer(messages.KIND_ACK, messages.encode_ack(produce.request_id, ErrorCode.NO_ERROR,
                                                             produce.partition, offset, next_offset))
 
+    def log_failed(self, partition_log) -> None:
+        """The log's files were removed behind the broker: the flush acks waiting for it
+        are refused (StorageError), as every later append to it is."""
+        for _, request_id, partition, _ in self._flush_waiters.pop(partition_log, ()):
+            self._answer(messages.KIND_ACK, messages.encode_ack(request_id, ErrorCode.STORAGE_ERROR, partition,
+                                                                -1, -1, partition_log.failure))
+
     def flushed(self, partition_log) -> None:
         """Answer the flush acks a completed flush of ``partition_log`` covers."""
         waiters = self._flush_waiters.get(partition_log)

@@ -2,11 +2,13 @@
 
 The acceptor serves fetches from what is published here (flushed end, log start,
 segment list version), so a log's entry is rewritten after every change a reader
-cares about: appends (log end, counters), flushes (flushed end), rolls and retention
-(segments).
+cares about: appends (log end, counters), flushes (flushed end, recovery point), rolls
+and retention (segments). The recovery point published here is where a respawned
+worker starts recovering the log.
 """
 
 from mpbroker.ipc.partition_table import PartitionState, PartitionTable
+from mpbroker.segments.recovery_points import UNKNOWN
 
 
 class Publisher:
@@ -22,7 +24,9 @@ class Publisher:
     def add(self, partition_log) -> None:
         index = self._table.find_or_add(partition_log.topic, partition_log.partition)
         self._index[partition_log] = index
-        previous = self._table.read(index)  # counters and versions go on across worker restarts
+        # Counters and versions go on across worker restarts. The entry is this slot's
+        # alone: a predecessor killed mid-update left it torn, and we rewrite it.
+        previous = self._table.take_over(index)
         self._counters[partition_log] = [previous.messages_in, previous.bytes_in, previous.last_flush_ms]
         self._version_base[partition_log] = previous.segments_version + 1
         self.publish(partition_log)
@@ -46,6 +50,7 @@ class Publisher:
             messages_in,
             bytes_in,
             last_flush_ms,
+            UNKNOWN if partition_log.recovery_point is None else partition_log.recovery_point,
             partition_log.segment_count,
             partition_log.partition,
         ))

@@ -3,7 +3,13 @@
 A worker owns the partitions its slot is assigned (``ownership.owner_slot``): it
 opens and recovers their logs, takes produce records from its request ring, appends,
 flushes on the policy (on background threads), runs retention, publishes each log's
-state in its partition table and answers through its answer ring. Everything runs on
+state in its partition table, checkpoints the logs' recovery points into ``log.dir``
+and answers through its answer ring.
+
+Recovery starts at each log's recovery point: after a respawn, the one its previous
+life published in the partition table (exact: it survives the process); after a
+broker restart, the one in this slot's checkpoint file (at most
+``log.flush.offset.checkpoint.interval.ms`` behind). Everything runs on
 one event loop: the ring's eventfd, the flusher's eventfd, the control channel from
 the supervisor and a wake-up pipe for signals, plus timers.
 
@@ -27,6 +33,10 @@ from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
 from mpbroker.ownership import owner_slot
 from mpbroker.segments import LogManager
+from mpbroker.segments.log import FlushPostponedError, LogRemovedError
+from mpbroker.segments.recovery_points import (UNKNOWN, checkpoint_path, read_checkpoint, remove_other_layouts,
+                                               write_checkpoint)
+from mpbroker.workers.failure_log import RepeatedFailureLog
 from mpbroker.workers.flusher import Flusher
 from mpbroker.workers.produce_handler import ProduceHandler
 from mpbroker.workers.publisher import Publisher
@@ -63,7 +73,12 @@ class PartitionWorker:
         num_workers = config.num_workers
         self.logs = LogManager(config.log_dir, config.log_config_for,
                                owns=lambda topic, partition: owner_slot(topic, partition, num_workers) == slot)
+        self.table = table
         self.publisher = Publisher(table)
+        self._checkpoint_path = checkpoint_path(self.logs.log_dir, slot, num_workers)
+        self._checkpointed = None  # the points last written to the checkpoint file
+        self._checkpoint_failures = RepeatedFailureLog(log)
+        self._flush_postponed = RepeatedFailureLog(log)  # logs whose flush waits for a file descriptor
         self.flusher = Flusher(counters)
         self._outbox = collections.deque()
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer)
@@ -76,11 +91,37 @@ class PartitionWorker:
 
     def _open_logs(self) -> None:
         started = time.monotonic()
-        opened = self.logs.open_existing(recover=self.recover)
+        recovery_point_of = self._recovery_points() if self.recover else None
+        opened = self.logs.open_existing(recover=self.recover, recovery_point_of=recovery_point_of)
         for partition_log in opened:
             self.publisher.add(partition_log)
-        log.info("opened %d partition logs in %.2fs (%s)", len(opened), time.monotonic() - started,
-                 "recovered" if self.recover else "clean shutdown, no recovery")
+            if partition_log.needs_flush:
+                self.flusher.request(partition_log)  # what recovery kept becomes durable, and known to be
+        if self.recover:
+            scanned = sum(partition_log.recovery_scanned for partition_log in opened)
+            how = f"recovered: {scanned} bytes past the recovery points scanned"
+        else:
+            how = "clean shutdown, no recovery"
+        log.info("opened %d partition logs in %.2fs (%s)", len(opened), time.monotonic() - started, how)
+
+    def _recovery_points(self):
+        """``(topic, partition) -> recovery point or None`` for recovery: what this slot's
+        previous life published (a respawn), else the checkpoint file; None (not known)
+        makes recovery scan the last segment only."""
+        published = {}
+        for index, topic, partition in self.table.names():
+            point = self.table.take_over(index).recovery_point
+            if point != UNKNOWN:
+                published[(topic, partition)] = point
+        checkpointed = read_checkpoint(self._checkpoint_path)
+
+        def recovery_point_of(topic: str, partition: int):
+            point = published.get((topic, partition))
+            if point is None and checkpointed is not None:
+                point = checkpointed.get((topic, partition), 0)  # missing: created after the checkpoint
+            return None if point is None or point == UNKNOWN else point
+
+        return recovery_point_of
 
     def _make_timers(self, now: int) -> None:
         config = self.config
@@ -88,6 +129,7 @@ class PartitionWorker:
             _Timer(config.log_default_flush_scheduler_interval_ms, self._flush_due_logs, now),
             _Timer(config.log_cleanup_interval_mins * 60_000, self._apply_retention, now),
             _Timer(HEARTBEAT_MS, self._beat, now),
+            _Timer(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint, now),
         ]
 
     # --- the loop ---------------------------------------------------------------
@@ -164,13 +206,32 @@ class PartitionWorker:
     def _on_flushed(self) -> None:
         now = wall_clock_ms()  # the date of the last flush, for the metrics
         for partition_log, error in self.flusher.collect():
+            if isinstance(error, LogRemovedError):
+                log.critical("%s", partition_log.failure)
+                self.handler.log_failed(partition_log)
+                continue
+            if isinstance(error, FlushPostponedError):
+                self._flush_postponed.failed(partition_log, f"{error}; flushing again later")
+                continue
             if error is not None:
                 log.critical("%s; exiting so that recovery checks the log", error)
                 self._exit_code = EXIT_FLUSH_FAILED
                 self._stopping = True
                 continue
+            if self._flush_postponed.failing:
+                self._flush_postponed.succeeded(partition_log, f"flushing {partition_log.directory}")
             self.publisher.flushed(partition_log, now)
             self.handler.flushed(partition_log)
+        if self.flusher.checkpoint_result is not None:
+            points, error = self.flusher.checkpoint_result
+            self.flusher.checkpoint_result = None
+            if error is None:
+                self._checkpointed = points
+                if self._checkpoint_failures.failing:
+                    self._checkpoint_failures.succeeded("checkpoint", f"writing {self._checkpoint_path}")
+            else:
+                self._checkpoint_failures.failed("checkpoint", f"writing the recovery points to "
+                                                               f"{self._checkpoint_path} failed: {error}")
 
     def _on_control(self) -> None:
         for message in self.control.receive_all():
@@ -203,6 +264,24 @@ class PartitionWorker:
     def _flush_due_logs(self, now: int) -> None:
         for partition_log in self.logs.logs_due_for_flush(now):
             self.flusher.request(partition_log)
+        for partition_log in list(self._flush_postponed.failing):  # their acks wait: try again
+            self.flusher.request(partition_log)
+
+    def _recovery_points_now(self) -> dict:
+        return {(partition_log.topic, partition_log.partition):
+                UNKNOWN if partition_log.recovery_point is None else partition_log.recovery_point
+                for partition_log in self.logs.logs()}
+
+    def _checkpoint(self, _now: int) -> None:
+        """Hand the recovery points to the flusher threads for writing, if they moved."""
+        if self.flusher.checkpoint_in_flight is not None:
+            return
+        points = self._recovery_points_now()
+        if points == self._checkpointed:
+            return
+        if self._checkpointed is None:
+            remove_other_layouts(self.logs.log_dir, self.config.num_workers)
+        self.flusher.write_checkpoint(self._checkpoint_path, points)
 
     def _apply_retention(self, _now: int) -> None:
         now = wall_clock_ms()  # retention compares segment modification dates
@@ -234,6 +313,8 @@ class PartitionWorker:
                 return
             self.handler.flushed(partition_log)
         for partition_log in list(self.logs.logs()):
+            if partition_log.failure is not None:
+                continue  # its files are gone; its produces were refused
             try:
                 partition_log.flush()
             except Exception as exc:
@@ -244,6 +325,10 @@ class PartitionWorker:
             self.handler.flushed(partition_log)
         self._send_answers()
         self.flusher.stop()
+        try:
+            write_checkpoint(self._checkpoint_path, self._recovery_points_now())
+        except OSError as exc:
+            log.error("writing the recovery points to %s failed: %s", self._checkpoint_path, exc)
         try:
             self.logs.close()
         except Exception as exc:

@@ -44,6 +44,7 @@ def state_from(n: int, partition: int = 0) -> PartitionState:
         messages_in=5 * n,
         bytes_in=6 * n,
         last_flush_ms=7 * n,
+        recovery_point=8 * n,
         segment_count=n % 2**32,
         partition=partition,
     )
@@ -76,7 +77,7 @@ def test_find_or_add_returns_stable_indices_and_names_lists_them():
 def test_new_entry_reads_as_an_empty_state_of_its_partition():
     table = PartitionTable(4)
     index = table.find_or_add("topic", 42)
-    assert table.read(index) == PartitionState(0, 0, 0, 0, 0, 0, 0, 0, 42)
+    assert table.read(index) == PartitionState(0, 0, 0, 0, 0, 0, 0, -1, 0, 42)
     assert seq_of(table, index) == 0
 
 
@@ -127,6 +128,7 @@ states = st.builds(
     messages_in=st.integers(0, 2**64 - 1),
     bytes_in=st.integers(0, 2**64 - 1),
     last_flush_ms=st.integers(-(2**63), 2**63 - 1),
+    recovery_point=st.integers(-(2**63), 2**63 - 1),
     segment_count=st.integers(0, 2**32 - 1),
     partition=st.just(5),
 )
@@ -222,6 +224,65 @@ def test_writer_process_dying_mid_update_then_a_respawned_writer_repairs():
 
     assert Child(respawned).result(timeout=10) == index
     assert table.read(index) == state_from(6)
+
+
+def test_writer_killed_mid_update_then_a_respawned_worker_takes_its_entries_over():
+    """A worker SIGKILLed between the two seq stores leaves its entry odd for good. Its
+    respawn (Publisher.add, as a worker opening its logs does) must not wait for an even
+    seq nobody will write: it takes the entry over at once, keeps the counters, and
+    readers see a consistent state again."""
+    from mpbroker.workers.publisher import Publisher
+
+    table = PartitionTable(4)
+    index = table.find_or_add("t", 0)
+    table.write(index, state_from(5))
+
+    def killed_mid_update():
+        import signal as signals
+
+        fields = pt._FIELDS
+        found = table.find_or_add("t", 0)
+
+        class DieWhileStoring:  # the real write path, killed where a SIGKILL can land
+            def pack_into(self, *args):
+                buffer, at, first = args[:3]
+                struct.pack_into("<q", buffer, at, first)  # the first field stored, then death
+                os.kill(os.getpid(), signals.SIGKILL)
+
+        pt._FIELDS = DieWhileStoring()
+        table.write(found, state_from(6))
+
+    child = Child(killed_mid_update)
+    with pytest.raises(AssertionError, match="died without a result"):
+        child.result(timeout=10)
+    assert os.WTERMSIG(child.status) == 9 and seq_of(table, index) % 2 == 1
+
+    class RecoveredLog:  # what Publisher reads of a Log
+        topic, partition = "t", 0
+        log_start, flushed_end, log_end, segments_version, segment_count, recovery_point = 0, 10, 12, 0, 1, 10
+
+    def respawned():
+        started = time.monotonic()
+        publisher = Publisher(table)
+        publisher.add(RecoveredLog())
+        return time.monotonic() - started
+
+    took = Child(respawned).result(timeout=10)
+    assert took < pt.DEFAULT_PATIENCE_S / 5, f"the respawned worker waited {took:.2f}s for a dead writer"
+    state = table.read(index)
+    assert (state.flushed_end, state.log_end, state.recovery_point) == (10, 12, 10)
+    assert (state.messages_in, state.bytes_in) == (25, 30)  # its predecessor's counters go on
+    assert state.segments_version > state_from(5).segments_version  # readers re-list the segments
+
+
+def test_take_over_reads_a_torn_entry_without_waiting():
+    table = PartitionTable(2)
+    index = table.find_or_add("t", 3)
+    table.write(index, state_from(9, 3))
+    SEQ.pack_into(table._mm, entry_offset(index), seq_of(table, index) + 1)
+    started = time.monotonic()
+    assert table.take_over(index) == state_from(9, 3)
+    assert time.monotonic() - started < 0.05
 
 
 # --- PartitionTable: concurrent writer --------------------------------------------

@@ -35,9 +35,9 @@ def open_log(tmp_path, clock):
     """Open a log under ``tmp_path`` with the given LogConfig fields."""
     opened = []
 
-    def factory(topic="clicks", partition=0, recover=False, **config):
-        log = Log.open(str(tmp_path), topic, partition, LogConfig(**config), recover=recover, clock_ms=clock,
-                       timer_ms=clock)
+    def factory(topic="clicks", partition=0, recover=False, recovery_point=None, **config):
+        log = Log.open(str(tmp_path), topic, partition, LogConfig(**config), recover=recover,
+                       recovery_point=recovery_point, clock_ms=clock, timer_ms=clock)
         opened.append(log)
         return log
 

@@ -1,12 +1,13 @@
 """The partition log: append, read at every boundary, roll, flush visibility and policy."""
 
 import os
+import shutil
 import threading
 
 import pytest
 
-from mpbroker.errors import OffsetOutOfRangeError
-from mpbroker.segments.log import sync_pending
+from mpbroker.errors import OffsetOutOfRangeError, StorageError
+from mpbroker.segments.log import LogRemovedError, sync_pending
 from mpbroker.segments.log_view import locate
 from mpbroker.segments.message_set import iter_messages, validate_message_set
 
@@ -56,6 +57,45 @@ def test_roll_by_size_keeps_segments_within_the_limit(open_log, tmp_path):
     assert names == [f"{base:020d}.kafka" for base in log.segment_bases]
     assert all(os.path.getsize(tmp_path / "clicks-0" / n) <= len(chunk) * 3 for n in names)
     assert offsets == [i * len(chunk) for i in range(10)]
+
+
+def test_one_append_of_many_sets_rolls_between_them(open_log, tmp_path):
+    """A worker appends a whole batch of pipelined produces at once: the log still
+    rolls between sets, so no segment grows past log.file.size by more than a set."""
+    chunk = message_set(5)
+    log = open_log(segment_bytes=len(chunk) * 3 + 1)
+    assert log.append_many([chunk] * 10, 50) == 0
+    assert log.append_many([chunk] * 4, 20) == 10 * len(chunk)
+    assert log.segment_bases == [0, len(chunk) * 3, len(chunk) * 6, len(chunk) * 9, len(chunk) * 12]
+    sizes = [os.path.getsize(tmp_path / "clicks-0" / f"{base:020d}.kafka") for base in log.segment_bases]
+    assert sizes == [len(chunk) * 3] * 4 + [len(chunk) * 2]
+    assert log.log_end == 14 * len(chunk) and log.unflushed_messages == 70
+    log.flush()
+    assert validate_message_set(b"".join(log.read_bytes(base, 1 << 20) for base in log.segment_bases)).messages == 70
+
+
+def test_sets_larger_than_a_segment_in_one_append_each_get_their_own(open_log):
+    log = open_log(segment_bytes=100)
+    small, big = message_set(1), message_set(20)
+    log.append_many([small, big, big, small, small], 43)
+    assert log.segment_bases == [0, len(small), len(small) + len(big), len(small) + 2 * len(big)]
+
+
+def test_an_append_that_fails_at_a_roll_takes_back_what_it_wrote(open_log, tmp_path):
+    """The roll's new segment cannot be created (a file is in the way): the sets written
+    before it are taken back and the log is as it was, so the produce can be refused."""
+    chunk = message_set(5)
+    log = open_log(segment_bytes=len(chunk) * 2)
+    log.append(chunk, 5)
+    in_the_way = tmp_path / "clicks-0" / f"{len(chunk) * 2:020d}.kafka"
+    in_the_way.write_bytes(b"")
+    with pytest.raises(StorageError, match="cannot create segment"):
+        log.append_many([chunk, chunk, chunk], 15)
+    assert (log.log_end, log.segment_bases, log.unflushed_messages) == (len(chunk), [0], 5)
+    assert os.path.getsize(tmp_path / "clicks-0" / f"{0:020d}.kafka") == len(chunk)
+    in_the_way.unlink()
+    assert log.append_many([chunk, chunk, chunk], 15) == len(chunk)
+    assert log.segment_bases == [0, len(chunk) * 2]
 
 
 def test_a_set_larger_than_a_segment_gets_its_own(open_log):
@@ -179,7 +219,7 @@ def test_flush_covers_a_rolled_segment(open_log):
     log.append(chunk, 2)
     pending = log.begin_flush()
     assert [s.base for s in pending.segments] == [0, len(chunk)]
-    assert pending.directory is not None  # the new segment's directory entry is synced too
+    assert pending.directories[0] == log.directory  # the new segment's directory entry is synced too
     sync_pending(pending)
     log.finish_flush(pending)
     assert log.flushed_end == 2 * len(chunk)
@@ -207,3 +247,30 @@ def test_reopen_sees_everything(tmp_path, open_log):
     assert reopened.append(message_set(1), 1) == log.log_end
     whole = b"".join(os.pread(s.fd, s.size, 0) for s in reopened._segments)
     assert validate_message_set(whole).messages == 61
+
+
+def test_a_removed_partition_directory_is_noticed_at_the_next_flush(open_log, tmp_path):
+    """Someone deletes the partition directory under a running broker: the data the
+    next flush would make durable is already gone, so the flush fails loudly and the
+    log takes no more appends (they would vanish at the next start)."""
+    chunk = message_set(3)
+    log = open_log(segment_bytes=len(chunk) * 2)
+    log.append_many([chunk, chunk, chunk], 9)
+    log.flush()
+    shutil.rmtree(tmp_path / "clicks-0")
+    log.append(chunk, 3)
+    with pytest.raises(LogRemovedError, match="was removed while the broker ran"):
+        log.flush()
+    assert log.flushed_end == 3 * len(chunk)  # what the failed flush covered is not made visible
+    with pytest.raises(StorageError, match="appends are refused"):
+        log.append(chunk, 3)
+
+
+def test_a_segment_replaced_behind_the_broker_is_noticed(open_log, tmp_path):
+    log = open_log()
+    log.append(message_set(2), 2)
+    path = tmp_path / "clicks-0" / f"{0:020d}.kafka"
+    os.rename(path, tmp_path / "moved.kafka")
+    path.write_bytes(b"")
+    with pytest.raises(LogRemovedError):
+        log.flush()

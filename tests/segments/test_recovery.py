@@ -8,6 +8,7 @@ import pytest
 
 from mpbroker.errors import LogCorruptError
 from mpbroker.segments.message import encode_message
+from mpbroker.segments.log import sync_pending
 from mpbroker.segments.message_set import validate_message_set
 
 from .conftest import message_set
@@ -135,3 +136,133 @@ def test_torn_last_segment_after_a_roll(tmp_path, open_log):
     reopened = open_log(recover=True)
     assert reopened.log_end == len(chunk) * 2 + len(chunk) - len(message_set(1))
     assert reopened.append(chunk, 4) == reopened.log_end - len(chunk)
+
+
+# --- recovery from a recovery point (what a completed flush made durable) ------------
+
+
+def rolled_log(open_log, segments=3, sets_per_segment=2):
+    """A log of ``segments`` full segments of 4-message sets, everything flushed and
+    closed; returns (set size, log end)."""
+    chunk = message_set(4)
+    log = open_log(segment_bytes=len(chunk) * sets_per_segment)
+    for _ in range(segments * sets_per_segment):
+        log.append(chunk, 4)
+    log.close()
+    return len(chunk), log.log_end
+
+
+def test_a_gap_past_the_recovery_point_ends_the_log_there(tmp_path, open_log):
+    """A power cut after a roll: the old segment lost its unflushed tail, the new
+    segment file survived. Nothing past the recovery point was flushed, so the log
+    ends at the gap and the later segment goes; the broker starts."""
+    size, end = rolled_log(open_log)
+    flushed = size * 3  # the recovery point: inside the second segment
+    with open(segment_path(tmp_path, size * 2), "r+b") as f:
+        f.truncate(size + 7)  # its unflushed tail lost, torn inside a message
+    log = open_log(recover=True, recovery_point=flushed)
+    assert log.log_end == size * 3 and log.segment_bases == [0, size * 2]
+    assert not segment_path(tmp_path, size * 4).exists()
+    assert validate_message_set(log.read_bytes(0, 1 << 20)).messages == 8
+    assert log.append(message_set(1), 1) == size * 3  # produces go on right behind it
+
+
+def test_the_same_gap_without_a_recovery_point_is_refused(tmp_path, open_log):
+    size, _ = rolled_log(open_log)
+    with open(segment_path(tmp_path, size * 2), "r+b") as f:
+        f.truncate(size + 7)
+    with pytest.raises(LogCorruptError, match="missing, extra or damaged"):
+        open_log(recover=True)
+    assert segment_path(tmp_path, size * 4).exists()  # nothing was changed
+
+
+def test_recovery_reads_only_from_the_recovery_point(tmp_path, open_log):
+    """Bytes before the recovery point are durable and not read again: damage there is
+    the consumers' CRC check's to find (and verify's), never a reason to cut the log."""
+    size, end = rolled_log(open_log, segments=1, sets_per_segment=4)
+    with open(segment_path(tmp_path), "r+b") as f:
+        f.seek(size + 30)
+        f.write(b"\xff")  # rot inside the second set, below the recovery point
+        f.seek(end)
+        f.write(b"\x00\x00\x00\x09torn")  # a torn message after it
+    log = open_log(recover=True, recovery_point=size * 3)
+    assert log.log_end == end
+
+
+def test_a_torn_message_at_the_recovery_point_is_cut(tmp_path, open_log):
+    size, end = rolled_log(open_log, segments=1, sets_per_segment=4)
+    with open(segment_path(tmp_path), "r+b") as f:
+        f.truncate(end - 5)
+    assert open_log(recover=True, recovery_point=size * 3).log_end == size * 3 + 3 * len(message_set(1))
+
+
+def test_every_segment_past_the_recovery_point_is_checked(tmp_path, open_log):
+    """Several rolls between two flushes: damage in any segment after the recovery
+    point ends the log there, and the segments after it go."""
+    size, end = rolled_log(open_log, segments=4)
+    with open(segment_path(tmp_path, size * 4), "r+b") as f:
+        f.seek(size + 30)
+        f.write(b"\xff")
+    log = open_log(recover=True, recovery_point=size * 2)
+    assert log.log_end == size * 5 + len(message_set(1))  # cut at the damaged message
+    assert log.segment_bases == [0, size * 2, size * 4]
+    assert not segment_path(tmp_path, size * 6).exists()
+
+
+def test_an_empty_segment_with_a_later_one_past_the_recovery_point(tmp_path, open_log):
+    size, end = rolled_log(open_log)
+    with open(segment_path(tmp_path, size * 2), "r+b") as f:
+        f.truncate(0)
+    log = open_log(recover=True, recovery_point=size * 2)
+    assert log.log_end == size * 2 and log.segment_bases == [0, size * 2]
+
+
+def test_a_gap_below_the_recovery_point_is_refused(tmp_path, open_log):
+    size, end = rolled_log(open_log)
+    with open(segment_path(tmp_path, 0), "r+b") as f:
+        f.truncate(size)
+    with pytest.raises(LogCorruptError, match="missing, extra or damaged"):
+        open_log(recover=True, recovery_point=size * 5)
+
+
+def test_a_segment_cut_short_below_the_recovery_point_is_refused(tmp_path, open_log):
+    size, end = rolled_log(open_log)
+    with open(segment_path(tmp_path, size * 2), "r+b") as f:
+        f.truncate(size)
+    with pytest.raises(LogCorruptError, match="data was lost below the recovery point"):
+        open_log(recover=True, recovery_point=size * 3 + 40)
+    assert os.path.getsize(segment_path(tmp_path, size * 4)) == size * 2  # nothing was changed
+
+
+def test_a_recovery_point_past_the_end_is_not_trusted(tmp_path, open_log, caplog):
+    size, end = rolled_log(open_log)
+    with open(segment_path(tmp_path, size * 4), "ab") as f:
+        f.write(b"\x01\x02")
+    log = open_log(recover=True, recovery_point=end + 1000)
+    assert log.log_end == end and log.recovery_point is None
+    assert "before its recovery point" in caplog.text
+
+
+def test_recovered_segments_count_as_unflushed_until_a_flush_covers_them(tmp_path, open_log):
+    """A crashed process's page cache may still hold what it wrote: the first flush
+    after recovery syncs every segment past the recovery point, then moves it."""
+    size, end = rolled_log(open_log)
+    log = open_log(recover=True, recovery_point=size * 3)
+    assert log.flushed_end == end and log.recovery_point == size * 3 and log.needs_flush
+    pending = log.begin_flush()
+    assert [segment.base for segment in pending.segments] == [size * 2, size * 4]
+    assert pending.directories == (log.directory,)
+    sync_pending(pending)
+    log.finish_flush(pending)
+    assert log.recovery_point == end and not log.needs_flush
+
+
+def test_without_a_recovery_point_the_first_flush_syncs_every_segment(tmp_path, open_log):
+    size, end = rolled_log(open_log)
+    log = open_log(recover=True)
+    assert log.recovery_point is None and log.needs_flush
+    pending = log.begin_flush()
+    assert len(pending.segments) == 3
+    sync_pending(pending)
+    log.finish_flush(pending)
+    assert log.recovery_point == end

@@ -1,0 +1,99 @@
+"""The recovery-point checkpoint: for each partition a worker owns, the end of what a
+completed flush made durable, kept in ``log.dir`` so that recovery after a crash or a
+power cut scans only what lies past it (``recovery``), not whole segments.
+
+One file per worker slot, ``recovery-point-offset-checkpoint-<slot>-of-<num.workers>``:
+a worker owns a fixed set of partitions for a given ``num.workers`` and is its file's
+only writer, and a file made under another ``num.workers`` is not read (its partitions
+are owned differently; recovery then falls back to scanning last segments once). The
+text is Kafka 0.8's checkpoint format: a version line ``0``, a count line, then one
+``topic partition offset`` line per partition (topic names have no blanks); an
+offset of -1 says the recovery point is not known yet. The file is replaced
+atomically (written under a temporary name, fsync'ed, renamed, ``log.dir`` fsync'ed),
+so a crash leaves the old or the new one, never a torn one; a file that does not parse
+is reported and ignored.
+
+A partition missing from a worker's file was created after the file was last written
+(the worker lists every partition it has), so everything in it is past the checkpoint.
+"""
+
+import logging
+import os
+import re
+
+from mpbroker.durability import sync_directory
+
+log = logging.getLogger(__name__)
+
+PREFIX = "recovery-point-offset-checkpoint"
+VERSION = 0
+UNKNOWN = -1
+_NAME = re.compile(re.escape(PREFIX) + r"-(\d+)-of-(\d+)\Z")
+
+
+def checkpoint_path(log_dir: str, slot: int, workers: int) -> str:
+    return os.path.join(log_dir, f"{PREFIX}-{slot}-of-{workers}")
+
+
+def write_checkpoint(path: str, points: dict) -> None:
+    """Replace the checkpoint at ``path`` with ``{(topic, partition): offset}`` durably.
+    Blocking (two fsyncs); raises OSError."""
+    lines = [str(VERSION), str(len(points))]
+    lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(points.items())]
+    temporary = path + ".tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        data = ("\n".join(lines) + "\n").encode("ascii")
+        while data:
+            data = data[os.write(fd, data):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(temporary, path)
+    sync_directory(os.path.dirname(path))
+
+
+def read_checkpoint(path: str):
+    """``{(topic, partition): offset}`` from the checkpoint at ``path``, or None when
+    there is none or it cannot be read (with a warning: recovery then scans more)."""
+    try:
+        with open(path, encoding="ascii") as file:
+            text = file.read()
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("cannot read the recovery points in %s (%s); recovering without them", path, exc)
+        return None
+    try:
+        return parse_checkpoint(text)
+    except ValueError as exc:
+        log.warning("ignoring the recovery points in %s: %s", path, exc)
+        return None
+
+
+def parse_checkpoint(text: str) -> dict:
+    lines = text.splitlines()
+    if len(lines) < 2 or lines[0] != str(VERSION):
+        raise ValueError(f"not a version {VERSION} checkpoint")
+    count = int(lines[1])
+    entries = lines[2:]
+    if count != len(entries):
+        raise ValueError(f"{len(entries)} entries where the header says {count}")
+    points = {}
+    for line in entries:
+        topic, partition, offset = line.split(" ")
+        if int(offset) < UNKNOWN:
+            raise ValueError(f"bad offset in {line!r}")
+        points[(topic, int(partition))] = int(offset)
+    return points
+
+
+def remove_other_layouts(log_dir: str, workers: int) -> None:
+    """Delete checkpoints written under another ``num.workers`` (never read again)."""
+    for name in os.listdir(log_dir):
+        match = _NAME.match(name)
+        if match and int(match.group(2)) != workers:
+            try:
+                os.unlink(os.path.join(log_dir, name))
+            except FileNotFoundError:
+                pass
