@@ -129,11 +129,11 @@ class Log:
             unsynced = self._segments
         else:
             self.recovery_point = max(recovery_point, self.log_start)
-            unsynced = [segment for segment in self._segments if segment.end > self.recovery_point
-                        or segment is self._segments[-1]]
+            unsynced = [segment for segment in self._segments if segment.end > self.recovery_point]
         for segment in unsynced:
             segment.dirty = True
-        self._dirty_directories.add(self.directory)
+        if unsynced:
+            self._dirty_directories.add(self.directory)
 
     # --- state -----------------------------------------------------------------
 
@@ -182,6 +182,9 @@ class Log:
             active = self._segments[-1]
             if active.size > 0 and now - active.created_ms > self.config.roll_ms:
                 active = self.roll(now)
+            if active.size + sum(map(len, message_sets)) <= limit:  # the common case: no roll inside
+                written.append(self._write_run(active, message_sets, now))
+                message_sets = ()
             run, run_bytes = [], 0
             for message_set in message_sets:
                 size = len(message_set)

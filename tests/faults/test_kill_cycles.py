@@ -22,6 +22,8 @@ import signal
 import statistics
 import time
 
+import pytest
+
 from tests.broker.harness import BrokerProcess, wait_dead
 from tests.broker.load import AckedLoad, read_everything
 from tests.broker.test_faults import all_flushed, assert_logs_valid
@@ -71,7 +73,10 @@ def kill(broker, kind: str, slot, status) -> None:
         broker.start()
 
 
-def test_random_kills_under_acked_load_lose_nothing(tmp_path):
+@pytest.mark.timeout(1200)
+def test_random_kills_under_acked_load_lose_nothing(tmp_path, capsys):
+    with capsys.disabled():  # before anything runs, so that a hang or a crash can be replayed
+        print(f"\nkill cycles: {CYCLES} with MPBROKER_KILL_SEED={SEED}", flush=True)
     rng = random.Random(SEED)
     broker = BrokerProcess(tmp_path / "b", num_partitions=PARTITIONS)
     try:

@@ -36,7 +36,7 @@ Time: ``MPBROKER_FUZZ_SECONDS`` (default 60) is shared by the three fuzz tests; 
 seed is random unless ``MPBROKER_FUZZ_SEED`` is set, and is printed with the number
 of examples. A longer run, on demand:
 
-    MPBROKER_FUZZ_SECONDS=1800 /work/venv/bin/python -m pytest tests/faults/test_protocol_fuzz.py -s
+    MPBROKER_FUZZ_SECONDS=1800 python -m pytest tests/faults/test_protocol_fuzz.py -s
 
 A failure shows the example's bytes (hypothesis prints it, shrunk); the broker keeps
 its state between examples, so repeat a failure with its seed and the same budget.
@@ -778,6 +778,8 @@ def fuzz_session(tmp_path_factory):
 def fuzz(session: FuzzSession, strategy, seconds: float, capsys, name: str) -> None:
     """Run examples of ``strategy`` for ``seconds``: rounds of EXAMPLES_PER_ROUND with
     successive seeds."""
+    with capsys.disabled():  # before anything runs, so that a hang or a crash can be replayed
+        print(f"\n{name}: fuzzing for {seconds:.0f}s with MPBROKER_FUZZ_SEED={FUZZ_SEED}", flush=True)
     deadline = time.monotonic() + seconds
     first = session.examples
 
