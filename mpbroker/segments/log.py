@@ -101,7 +101,8 @@ class Log:
         except OSError as exc:
             raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
         try:
-            segments, scanned = open_segments(directory, recover=recover, recovery_point=recovery_point)
+            segments, scanned = ([], 0) if created else open_segments(directory, recover=recover,
+                                                                         recovery_point=recovery_point)
             first_segment_made = not segments
             if first_segment_made:
                 segments = [Segment.create(directory, 0, clock_ms())]

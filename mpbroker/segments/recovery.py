@@ -111,7 +111,11 @@ def segment_bases(directory: str) -> list:
     """Sorted base offsets of the segment files of a partition directory; refuses a
     ``*.kafka`` name that is not a base offset, warns about (and skips) other files."""
     bases = []
-    for name in sorted(os.listdir(directory)):
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as exc:
+        raise StorageError(f"cannot list partition directory {directory}: {exc.strerror}") from exc
+    for name in names:
         base = parse_segment_file_name(name)
         if base is not None:
             bases.append(base)
