@@ -62,18 +62,27 @@ def _table(headers, rows) -> str:
     return "\n".join(lines)
 
 
+def _process_state(process: dict) -> str:
+    """The state column: the slot's state, and when a respawn is scheduled, how soon."""
+    respawn_in = process.get("respawn_in_s")
+    if respawn_in is None:
+        return process["state"]
+    return f"{process['state']}, respawn in {respawn_in}s" if respawn_in > 0 else f"{process['state']}, respawning"
+
+
 def format_status(status: dict) -> str:
     out = [f"broker {status['brokerid']}  pid {status['pid']}  port {status['port']}  "
            f"{status['phase']}  up {status['uptime_s']}s  log.dir {status['log_dir']}", ""]
-    processes = [[f"worker {w['slot']}", w["pid"] or "-", w["state"], w["restarts"], w["uptime_s"],
+    processes = [[f"worker {w['slot']}", w["pid"] or "-", _process_state(w), w["restarts"], w["uptime_s"],
                   w["partitions"]] for w in status["workers"]]
     acceptor = status["acceptor"]
-    processes.append(["acceptor", acceptor["pid"] or "-", acceptor["state"], acceptor["restarts"],
+    processes.append(["acceptor", acceptor["pid"] or "-", _process_state(acceptor), acceptor["restarts"],
                       acceptor["uptime_s"], "-"])
     for role in ("registrar", "metrics"):
         child = status.get(role)
         if child:
-            processes.append([role, child["pid"] or "-", child["state"], child["restarts"], child["uptime_s"], "-"])
+            processes.append([role, child["pid"] or "-", _process_state(child), child["restarts"],
+                              child["uptime_s"], "-"])
     registrar = status.get("registrar")
     out.append(_table(["process", "pid", "state", "restarts", "uptime_s", "partitions"], processes))
     out.append("")

@@ -3,15 +3,22 @@ stopped (gunicorn's arbiter is the model).
 
 It loads nothing itself but the configuration; before forking it makes everything
 the children share (the listening socket, the shared-memory rings and tables, the
-control channels), so a respawned child inherits the same ones. It then forks the
-partition workers, waits until each has opened its logs, forks the acceptor and
-tells systemd it is ready. Its loop only reacts: signals arrive through a wake-up
-fd, children through their control channels and SIGCHLD, ``mpbroker-ctl`` through
-the control socket, plus once-a-second checks (heartbeats, respawn back-off).
+control channels), so a respawned child inherits the same ones. Whatever can stop a
+start (an unusable log.dir, too few file descriptors for the segment files, a taken
+port) is found then and reported as one StartupError line; the clean-shutdown marker
+is taken last, so a failed start leaves it. It then forks the partition workers,
+waits until each has opened its logs, forks the acceptor and tells systemd it is
+ready. Its loop only reacts: signals arrive through a wake-up fd, children through
+their control channels and SIGCHLD, ``mpbroker-ctl`` through the control socket
+(``control_server``: non-blocking clients in the same selector, so none can hold the
+loop), plus once-a-second checks (heartbeats, respawn back-off, control deadlines).
 
 A worker that dies is respawned in the same slot with the same partitions, after the
 acceptor has failed what was in flight to it (the ``worker_down`` handshake) and
 the supervisor has emptied that worker's rings. The acceptor is respawned at once.
+A child that dies within YOUNG_DEATH_S of its start waits a back-off that doubles
+with each such death (at most MAX_RESPAWN_BACKOFF_S); the log line of the death and
+the status (``respawn_in_s``) say how long.
 
 Signals: TERM (or ``mpbroker-ctl shutdown``) stops gracefully: the acceptor first
 (no new requests, in-flight ones answered), then the workers (flush, close); when
@@ -21,6 +28,7 @@ file and hands the settings that can change at run time to the children.
 """
 
 import collections
+import contextlib
 import errno
 import fcntl
 import logging
@@ -45,7 +53,7 @@ from mpbroker.logging_setup import configure_logging, set_level, set_role
 from mpbroker.registry import EXIT_ID_CONFLICT, layout
 from mpbroker.process import die_with_parent, reset_signals, set_process_name
 from mpbroker.segments.clean_shutdown import take_marker, write_marker
-from mpbroker import systemd
+from mpbroker import descriptor_budget, systemd
 from mpbroker.workers.worker import PartitionWorker
 
 log = logging.getLogger(__name__)
@@ -56,6 +64,7 @@ ACCEPTOR_STOP_TIMEOUT_S = 15.0
 WORKER_STOP_TIMEOUT_S = 120.0
 FAST_STOP_TIMEOUT_S = 5.0
 MAX_RESPAWN_BACKOFF_S = 30.0
+YOUNG_DEATH_S = 5.0  # a child that dies younger than this is respawned after a growing back-off
 RATE_SAMPLE_S = 5.0
 RATE_WINDOW_S = 60.0
 # Settings a running broker can take from a reload (HUP); anything else needs a restart.
@@ -78,6 +87,15 @@ RUNNING, STOPPING_ACCEPTOR, STOPPING_WORKERS, STOPPED = "running", "stopping acc
 
 class StartupError(Exception):
     """The broker cannot start; the message says why."""
+
+
+@contextlib.contextmanager
+def _start_step(what: str):
+    """A start-up step: an OSError in it becomes a StartupError starting with ``what``."""
+    try:
+        yield
+    except OSError as exc:
+        raise StartupError(f"{what}: {exc.strerror or exc}") from exc
 
 
 class Child:
@@ -130,29 +148,26 @@ class Supervisor:
     # --- start ------------------------------------------------------------------
 
     def _prepare(self) -> None:
+        """Everything that can stop a start, each failure a StartupError saying what. The
+        clean-shutdown marker is taken last: a start that fails leaves it for the next."""
         if platform.machine() not in ("x86_64", "AMD64"):
             raise StartupError(f"the shared-memory rings rely on x86-64 memory ordering; this is {platform.machine()}")
         config = self.config
-        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < hard:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        try:
-            os.makedirs(config.log_dir, 0o755, exist_ok=True)
-        except OSError as exc:
-            raise StartupError(f"cannot create log.dir {config.log_dir}: {exc.strerror}") from exc
-        self._lock_log_dir()
-        self.clean = take_marker(config.log_dir)
+        self._raise_file_limit()
+        self._open_log_dir()
         workers = config.num_workers
-        self.request_rings = [Ring(config.ring_buffer_bytes) for _ in range(workers)]
-        self.answer_rings = [Ring(max(1 << 20, config.ring_buffer_bytes // 4)) for _ in range(workers)]
-        self.tables = [PartitionTable(PARTITIONS_PER_WORKER) for _ in range(workers)]
-        self.slots = SlotTable(workers + 3)
-        self.counters = CounterTable(workers + 3)
-        self.workers = [Child(slot, "worker") for slot in range(workers)]
-        self.acceptor = Child(workers, "acceptor")
-        self.registrar = Child(workers + 1, "registrar") if config.enable_zookeeper else None
-        self.metrics = Child(workers + 2, "metrics") if config.metrics_enable else None
+        with _start_step("cannot make the shared-memory rings and tables"):
+            self.request_rings = [Ring(config.ring_buffer_bytes) for _ in range(workers)]
+            self.answer_rings = [Ring(max(1 << 20, config.ring_buffer_bytes // 4)) for _ in range(workers)]
+            self.tables = [PartitionTable(PARTITIONS_PER_WORKER) for _ in range(workers)]
+            self.slots = SlotTable(workers + 3)
+            self.counters = CounterTable(workers + 3)
+            self.workers = [Child(slot, "worker") for slot in range(workers)]
+            self.acceptor = Child(workers, "acceptor")
+            self.registrar = Child(workers + 1, "registrar") if config.enable_zookeeper else None
+            self.metrics = Child(workers + 2, "metrics") if config.metrics_enable else None
         self.children = [child for child in (*self.workers, self.acceptor, self.registrar, self.metrics) if child]
+        self._check_file_limit()
         self.creator_id = layout.creator_id()  # the same for every registrar this supervisor starts
         self.listener = self._listen()
         self.listen_port = self.listener.getsockname()[1]
@@ -163,14 +178,63 @@ class Supervisor:
             raise StartupError(f"cannot create the control socket {config.control_socket_path}: {exc}") from exc
         except Exception as exc:
             raise StartupError(str(exc)) from exc
+        try:
+            with _start_step(f"cannot take the clean-shutdown marker in log.dir {config.log_dir}"):
+                self.clean = take_marker(config.log_dir)
+        except StartupError:
+            self.control_server.close()
+            raise
 
-    def _lock_log_dir(self) -> None:
-        path = os.path.join(self.config.log_dir, ".lock")
-        self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    @staticmethod
+    def _raise_file_limit() -> None:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            try:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            except (OSError, ValueError) as exc:
+                log.warning("cannot raise the file descriptor limit from %d to %d: %s", soft, hard, exc)
+
+    def _check_file_limit(self) -> None:
+        """Refuse to start when a worker could not open its segment files (descriptor_budget)."""
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if limit == resource.RLIM_INFINITY:
+            return
+        with _start_step(f"cannot count the segment files under log.dir {self.config.log_dir}"):
+            inherited = len(os.listdir("/proc/self/fd"))  # what every child starts with
+            refusal, warning = descriptor_budget.check(self.config.log_dir, self.config.num_workers,
+                                                       self.config.max_connections, limit, inherited)
+        if refusal:
+            raise StartupError(refusal)
+        if warning:
+            log.warning("%s", warning)
+
+    def _open_log_dir(self) -> None:
+        """Create log.dir if needed, check that it is a writable directory, lock it."""
+        log_dir = self.config.log_dir
+        try:
+            os.makedirs(log_dir, 0o755, exist_ok=True)
+        except FileExistsError:
+            raise StartupError(f"log.dir {log_dir} is not a directory") from None
+        except OSError as exc:
+            raise StartupError(f"cannot create log.dir {log_dir}: {exc.strerror}") from exc
+        if not os.path.isdir(log_dir):
+            raise StartupError(f"log.dir {log_dir} is not a directory")
+        with _start_step(f"cannot check log.dir {log_dir}"):
+            writable = os.access(log_dir, os.W_OK | os.X_OK)
+            read_only = not writable and os.statvfs(log_dir).f_flag & os.ST_RDONLY
+        if read_only:
+            raise StartupError(f"log.dir {log_dir} is on a read-only file system")
+        if not writable:
+            raise StartupError(f"log.dir {log_dir} is not writable by this user (uid {os.geteuid()})")
+        path = os.path.join(log_dir, ".lock")
+        with _start_step(f"cannot open the lock file of log.dir {path}"):
+            self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise StartupError(f"another broker is using log.dir {self.config.log_dir}") from None
+            raise StartupError(f"another broker is using log.dir {log_dir}") from None
+        except OSError as exc:
+            raise StartupError(f"cannot lock log.dir {path}: {exc.strerror}") from exc
 
     def _listen(self) -> socket.socket:
         activated = self._socket_from_systemd()
@@ -181,14 +245,16 @@ class Supervisor:
     @staticmethod
     def _bind(host: str, port: int, key: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        listener = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener = None
         try:
+            listener = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((host, port))
+            listener.listen(1024)
         except OSError as exc:
-            listener.close()
-            raise StartupError(f"cannot listen on {host or '*'}:{port} ({key}): {exc.strerror}") from exc
-        listener.listen(1024)
+            if listener is not None:
+                listener.close()
+            raise StartupError(f"cannot listen on {host or '*'}:{port} ({key}): {exc.strerror or exc}") from exc
         return listener
 
     def _socket_from_systemd(self):
@@ -200,8 +266,9 @@ class Supervisor:
         for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
             os.environ.pop(name, None)  # for this process only, as sd_listen_fds(unset_environment=1) does
         fd = SD_LISTEN_FDS_START
-        os.set_inheritable(fd, False)
-        listener = socket.socket(fileno=fd)
+        with _start_step(f"the file descriptor systemd passed ({fd}) is not a usable socket"):
+            os.set_inheritable(fd, False)
+            listener = socket.socket(fileno=fd)
         if listener.type != socket.SOCK_STREAM or not listener.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
             raise StartupError("the socket systemd passed is not a listening stream socket (check ListenStream=)")
         address = listener.getsockname()
@@ -248,7 +315,7 @@ class Supervisor:
         log.info("started %s (pid %d)", child.name, pid)
 
     def _close_in_child(self, child: Child) -> None:
-        self.control_server.sock.close()
+        self.control_server.close_in_child()
         os.close(self._lock_fd)
         for other in self.children:
             other.channel.close()
@@ -320,7 +387,7 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, lambda signum, frame: None)  # the wake-up fd carries it
         self.selector.register(wakeup_read, selectors.EVENT_READ, "signal")
-        self.selector.register(self.control_server.fileno(), selectors.EVENT_READ, "ctl")
+        self.control_server.attach(self.selector, self._run_command)
         for child in self.children:
             self.selector.register(child.channel.fileno(), selectors.EVENT_READ, child)
         log.info("mpbroker %d starting: %d workers, log.dir %s, %s", self.config.brokerid, len(self.workers),
@@ -333,11 +400,11 @@ class Supervisor:
             self._start_workers()
         try:
             while self.phase != STOPPED:
-                for key, _ in self.selector.select(self._timeout()):
+                for key, events in self.selector.select(self._timeout()):
                     if key.data == "signal":
                         self._on_signals(os.read(wakeup_read, 512))
                     elif key.data == "ctl":
-                        self.control_server.handle(self._run_command)
+                        self.control_server.on_ready(key.fd, events)
                     else:
                         self._on_child_messages(key.data)
                 self._reap()
@@ -435,18 +502,26 @@ class Supervisor:
         if self.phase != RUNNING:
             log.info("%s stopped (%s)", child.name, how)
             return
-        log.error("%s (pid gone) died: %s after %.1fs", child.name, how, lived)
+        died = f"{child.name} (pid gone) died: {how} after {lived:.1f}s"
         if child.role == "worker" and not was_ready and not self._ready_notified:
+            log.error("%s", died)
             log.critical("%s could not open its logs; stopping the broker", child.name)
             self.exit_code = 1
             self.begin_stop("a worker failed to start")
             return
-        child.backoff = min(MAX_RESPAWN_BACKOFF_S, max(0.5, child.backoff * 2)) if lived < 5 else 0.0
         if child.role == "registrar" and code == EXIT_ID_CONFLICT:
+            log.error("%s", died)
             log.critical("broker id %d belongs to another live broker; stopping", self.config.brokerid)
             self.exit_code = 1
             self.begin_stop("broker id conflict")
             return
+        young = lived < YOUNG_DEATH_S
+        child.backoff = min(MAX_RESPAWN_BACKOFF_S, max(0.5, child.backoff * 2)) if young else 0.0
+        if child.backoff:
+            log.error("%s; respawning in %.1f s (back-off: it died within %.0f s of its start)",
+                      died, child.backoff, YOUNG_DEATH_S)
+        else:
+            log.error("%s; respawning now", died)
         if child.role in ("registrar", "metrics"):  # nothing in flight to them: respawn after the back-off
             self._schedule_respawn(child)
             return
@@ -485,6 +560,7 @@ class Supervisor:
             self._sample_rates(now)
         else:
             self._advance_stop(now)
+        self.control_server.tick(now)
         interval = systemd.watchdog_interval_s()
         if interval and now >= self._next_watchdog:
             systemd.notify("WATCHDOG=1")
@@ -636,6 +712,17 @@ class Supervisor:
         span = time.monotonic() - when
         return (current - totals.get(key, 0)) / span if span > 0 else 0.0
 
+    @staticmethod
+    def _respawn_in_s(child: Child):
+        """Seconds until a dead child is forked again, or None when no respawn is scheduled
+        (alive, or stopping). A worker whose death the acceptor has not confirmed yet counts
+        its back-off from now."""
+        if child.respawn_at is not None:
+            return round(max(0.0, child.respawn_at - time.monotonic()), 1)
+        if child.awaiting_ack is not None:
+            return round(child.backoff, 1)
+        return None
+
     def status(self) -> dict:
         now_ms = monotonic_ms()
         rows = published_partitions(self.tables)
@@ -650,6 +737,7 @@ class Supervisor:
                 "uptime_s": round(time.monotonic() - child.started, 1) if child.alive else 0,
                 "heartbeat_age_ms": now_ms - heartbeat if heartbeat else None,
                 "last_exit": child.last_exit,
+                "respawn_in_s": self._respawn_in_s(child),
             }
 
         workers = []

@@ -4,20 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# A real ZooKeeper for the registry and consumer-group tests (Debian's package; Java is present).
-if [ ! -e /usr/share/java/zookeeper.jar ]; then
+# Debian packages the tests need, installed when missing (one apt-get run for all):
+# a real ZooKeeper for the registry and consumer-group tests (Java is present),
+# libfaketime to step the broker's date (tests/faults/test_clock_steps.py),
+# systemd-analyze to check ops/mpbroker.service.
+MISSING=""
+[ -e /usr/share/java/zookeeper.jar ] || MISSING="$MISSING zookeeper"
+[ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || MISSING="$MISSING libfaketime"
+command -v systemd-analyze >/dev/null 2>&1 || MISSING="$MISSING systemd"
+if [ -n "$MISSING" ]; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends zookeeper >/dev/null
-fi
-
-# systemd-analyze checks ops/mpbroker.service.
-if ! command -v systemd-analyze >/dev/null 2>&1; then
-    SUDO=""
-    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends systemd >/dev/null
+    # shellcheck disable=SC2086  # one word per package
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING >/dev/null
 fi
 
 VENV=${MPBROKER_VENV:-.venv}

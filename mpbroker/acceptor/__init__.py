@@ -7,5 +7,6 @@
   vectored writes and ``sendfile``;
 - ``segment_files``: the read side of the workers' partition tables and an fd cache
   of segment files;
-- ``routing``: request rings to the workers, in-flight produces, worker up/down.
+- ``routing``: request rings to the workers, in-flight produces, worker up/down;
+- ``limits``: connections per address, and the sweep for idle and slow connections.
 """

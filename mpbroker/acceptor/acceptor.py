@@ -10,10 +10,17 @@ down or came up, stop, reload.
 Hostile and careless clients are bounded: a connection with ``max.queued.responses``
 answers waiting to be sent is not read until its client has read half of them; one
 where no byte moved either way for ``connections.max.idle.ms`` is closed (unless it
-waits for a worker); beyond ``max.connections`` (or when the process runs out of file
-descriptors) new connections are closed or wait in the backlog, with a log line. A
+waits for a worker), and so is one that takes longer than ``request.receive.timeout.ms``
+to send a request it began (``limits``); beyond ``max.connections``, or
+``max.connections.per.ip`` from one address (or when the process runs out of file
+descriptors), new connections are closed or wait in the backlog, with a log line. A
 request that raises anything unexpected closes its own connection, with the
 traceback in the log, instead of taking every other connection down with the process.
+Connections reset by their clients (or broken pipes) are normal: they are logged at
+most once per 10 s, with a count (``throttled_log``).
+
+Routing (``routing.Router``) never calls back into this loop: its calls hand back the
+connections to close, to send for and to read again, and the loop acts on them after.
 
 Graceful stop: close the listener, stop reading, hand every queued produce to the
 rings, wait (bounded) until acknowledged produces are answered and answers are sent,
@@ -27,9 +34,11 @@ import socket
 import time
 
 from mpbroker.acceptor.connection import Connection
+from mpbroker.acceptor.limits import AddressCounts, address_of, overdue, sweep_interval
 from mpbroker.acceptor.requests import RequestHandlers
-from mpbroker.acceptor.routing import Router, WorkerRoute
+from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
+from mpbroker.throttled_log import ThrottledLog
 from mpbroker.clock import monotonic_ms
 from mpbroker.config import config_from_properties
 from mpbroker.ipc.counters import (BYTES_RECEIVED, CONNECTIONS_ACCEPTED, CONNECTIONS_OPEN, CONNECTIONS_REFUSED,
@@ -47,7 +56,7 @@ ACCEPTS_PER_WAKEUP = 64
 STOP_TIMEOUT_S = 10.0
 FULL_RING_RETRY_S = 0.005
 ACCEPT_BACKOFF_S = 0.1  # out of file descriptors: stop accepting for this long
-MAX_IDLE_SWEEP_INTERVAL_S = 1.0
+PEER_GONE_ERRNOS = (errno.ECONNRESET, errno.EPIPE)  # normal client behaviour: throttled log lines
 
 
 class Acceptor:
@@ -62,7 +71,7 @@ class Acceptor:
         outbox_limit = max(config.ring_buffer_bytes * 2, 16 << 20)
         routes = [WorkerRoute(index, request_rings[index], answer_rings[index], outbox_limit)
                   for index in range(len(request_rings))]
-        self.router = Router(routes, incarnation, self._close, self._mark_ready, self._resume)
+        self.router = Router(routes, incarnation)
         self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
         self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters)
         self.selector = selectors.DefaultSelector()
@@ -71,11 +80,12 @@ class Acceptor:
         self._accepted = 0
         self._stopping = False
         self._stop_deadline = None
-        self._last_refusal_log = 0.0
+        self._addresses = AddressCounts()  # open connections per client address
+        self._throttled_log = ThrottledLog(log)  # resets and refusals: bursts, not a line each
         self._wakeup_read = -1
         self._scratch = bytearray(READ_CHUNK)  # every connection receives into it (FrameReader)
         self._now = time.monotonic()  # when the current loop iteration began
-        self._next_beat = self._next_idle_sweep = self._next_timer = self._now  # timers, in time.monotonic()
+        self._next_beat = self._next_sweep = self._next_timer = self._now  # timers, in time.monotonic()
         self._accept_again_at = None  # set while accepting is paused (out of file descriptors)
 
     # --- setup ------------------------------------------------------------------
@@ -110,7 +120,7 @@ class Acceptor:
                     if mask & selectors.EVENT_WRITE and not target.closed:
                         self._to_send.add(target)
                 elif kind == "answers":
-                    self.router.on_answers(target)
+                    self._act_on(self.router.on_answers(target))
                 elif kind == "space":
                     Ring.clear_notification(target.requests.space_fd)
                 elif kind == "listener":
@@ -119,7 +129,9 @@ class Acceptor:
                     self._on_control()
                 elif kind == "signal":
                     self._on_signal()
-            self.router.flush_outboxes()
+            resumed = self.router.flush_outboxes()
+            if resumed:
+                self._resume(resumed)
             self._send_ready()
             if now >= self._next_timer:
                 self._run_timers(now)
@@ -130,15 +142,17 @@ class Acceptor:
         return 0
 
     def _run_timers(self, now: float) -> None:
-        """Whatever is due of the heartbeat, the idle sweep and accepting again."""
+        """Whatever is due of the heartbeat, the sweep for overdue connections and
+        accepting again."""
         if now >= self._next_beat:
             self.slots.beat(self.slot, monotonic_ms())
             self._next_beat = now + HEARTBEAT_MS / 1000
-        if now >= self._next_idle_sweep:
-            self._close_idle_connections()
+        if now >= self._next_sweep:
+            self._close_overdue_connections()
+            self._throttled_log.flush()
         if self._accept_again_at is not None and now >= self._accept_again_at:
             self._resume_accepting()
-        self._next_timer = min(self._next_beat, self._next_idle_sweep, self._accept_again_at or self._next_beat)
+        self._next_timer = min(self._next_beat, self._next_sweep, self._accept_again_at or self._next_beat)
 
     # --- connections ------------------------------------------------------------
 
@@ -151,15 +165,21 @@ class Acceptor:
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     self.counters[CONNECTIONS_REFUSED] += 1
-                    self._log_refusal(f"cannot accept a connection: {exc.strerror}; "
-                                      f"accepting again in {ACCEPT_BACKOFF_S}s")
+                    self._throttled_log.event("accept", logging.WARNING,
+                                              f"cannot accept a connection: {exc.strerror}; "
+                                              f"accepting again in {ACCEPT_BACKOFF_S}s")
                     self._pause_accepting()  # the listener stays readable: do not spin on it
                     return
                 raise
             if len(self.connections) >= self.config.max_connections:
-                self.counters[CONNECTIONS_REFUSED] += 1
-                self._log_refusal(f"refusing {peer}: max.connections ({self.config.max_connections}) reached")
-                sock.close()
+                self._refuse(sock, "max.connections", f"refusing {peer}: max.connections "
+                                                      f"({self.config.max_connections}) reached")
+                continue
+            address = address_of(peer)
+            if not self._addresses.admit(address, self.config.max_connections_per_ip):
+                self._refuse(sock, "max.connections.per.ip",
+                             f"refusing {peer}: {self._addresses.open_from(address)} connections from {address} "
+                             f"already (max.connections.per.ip)")
                 continue
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -171,6 +191,11 @@ class Acceptor:
             self.counters[CONNECTIONS_OPEN] = len(self.connections)
             self.selector.register(sock, selectors.EVENT_READ, ("connection", connection))
 
+    def _refuse(self, sock: socket.socket, kind: str, message: str) -> None:
+        self.counters[CONNECTIONS_REFUSED] += 1
+        self._throttled_log.event(kind, logging.WARNING, message)
+        sock.close()
+
     def _pause_accepting(self) -> None:
         self.selector.unregister(self.listener)
         self._accept_again_at = self._now + ACCEPT_BACKOFF_S
@@ -181,44 +206,40 @@ class Acceptor:
         if not self._stopping:
             self.selector.register(self.listener, selectors.EVENT_READ, ("listener", None))
 
-    def _close_idle_connections(self) -> None:
-        """Close connections where nothing moved for connections.max.idle.ms, unless
-        the broker itself keeps them waiting (a worker's answer or queue)."""
+    def _close_overdue_connections(self) -> None:
+        """Close connections past connections.max.idle.ms or request.receive.timeout.ms
+        (``limits.overdue`` says which), with one log line for each kind."""
         idle_ms = self.config.connections_max_idle_ms
-        if not idle_ms:  # never: look again later, in case a reload sets it
-            self._next_idle_sweep = self._now + MAX_IDLE_SWEEP_INTERVAL_S
-            return
-        self._next_idle_sweep = self._now + min(MAX_IDLE_SWEEP_INTERVAL_S, max(0.01, idle_ms / 4000))
-        cutoff = self._now - idle_ms / 1000
-        idle = [connection for connection in self.connections.values()
-                if connection.last_active < cutoff and not connection.awaiting_worker]
-        for connection in idle:
-            self._close(connection, None)
-        if idle:
-            shown = ", ".join(repr(connection) for connection in idle[:3]) + (", ..." if len(idle) > 3 else "")
-            log.info("closed %d connections idle for more than %d ms (connections.max.idle.ms): %s",
-                     len(idle), idle_ms, shown)
-
-    def _log_refusal(self, message: str) -> None:
-        now = time.monotonic()
-        if now - self._last_refusal_log > 5:
-            log.warning("%s", message)
-            self._last_refusal_log = now
+        receive_ms = self.config.request_receive_timeout_ms
+        self._next_sweep = self._now + sweep_interval(idle_ms, receive_ms)
+        idle, slow = overdue(self.connections.values(), self._now, idle_ms, receive_ms)
+        slow_what = f"that took more than {receive_ms} ms to send a request (request.receive.timeout.ms)"
+        for connections, what in ((idle, f"idle for more than {idle_ms} ms (connections.max.idle.ms)"),
+                                  (slow, slow_what)):
+            if not connections:
+                continue
+            for connection in connections:
+                self._close(connection, None)
+            shown = ", ".join(repr(connection) for connection in connections[:3])
+            log.info("closed %d connections %s: %s%s", len(connections), what, shown,
+                     ", ..." if len(connections) > 3 else "")
 
     def _read(self, connection) -> None:
+        reader = connection.reader
         try:
-            view = connection.reader.receive_buffer()
+            view = reader.receive_buffer()
             received = connection.sock.recv_into(view)
             del view
         except (BlockingIOError, InterruptedError):
+            reader.detach()  # the pending frame start was put back into the shared scratch buffer
             return
         except OSError as exc:
-            self._close(connection, f"receive failed: {exc.strerror}")
+            self._close_failed(connection, "receive failed", exc)
             return
         if received == 0:
             self._close(connection, None)
             return
-        connection.reader.commit(received)
+        reader.commit(received, self._now)
         connection.last_active = self._now
         self.counters[BYTES_RECEIVED] += received
         self._process_frames(connection)
@@ -238,6 +259,9 @@ class Acceptor:
             self.counters[MALFORMED_REQUESTS] += 1
             self._close(connection, f"malformed request: {exc}")
             return
+        except ProduceRefused as exc:
+            self._close(connection, f"fire-and-forget produce refused: {exc}")
+            return
         except Exception:  # a bug: lose this connection, not every connection
             log.exception("unexpected error handling a request of %r", connection)
             self._close(connection, "unexpected error (see above)")
@@ -252,15 +276,25 @@ class Acceptor:
         if connection.paused or connection.throttled:
             self._update_interest(connection)
 
-    def _resume(self, connection) -> None:
-        if connection.closed:
-            return
-        self._process_frames(connection)
-        self._update_interest(connection)
+    def _resume(self, connections) -> None:
+        """Read these connections again (they were paused or throttled): the frames they
+        sent meanwhile first; their request clock starts again (``limits``)."""
+        for connection in connections:
+            if connection.closed:  # meanwhile, e.g. its fire-and-forget produce died with the worker
+                continue
+            connection.reader.restart_clock(self._now)
+            self._process_frames(connection)
+            self._update_interest(connection)
 
-    def _mark_ready(self, connection) -> None:
-        if not connection.closed:
-            self._to_send.add(connection)
+    def _act_on(self, outcome) -> None:
+        """Do what a router call left to do (``routing.Outcome``), in its order."""
+        for connection, reason in outcome.to_close:
+            self._close(connection, reason)
+        for connection in outcome.ready:
+            if not connection.closed:
+                self._to_send.add(connection)
+        if outcome.to_resume:
+            self._resume(outcome.to_resume)
 
     def _send_ready(self) -> None:
         to_send, self._to_send = self._to_send, set()
@@ -271,7 +305,7 @@ class Acceptor:
             try:
                 done = connection.send()
             except OSError as exc:
-                self._close(connection, f"send failed: {exc}")
+                self._close_failed(connection, "send failed", exc)
                 continue
             if connection.bytes_sent != sent_before:
                 connection.last_active = self._now
@@ -283,7 +317,7 @@ class Acceptor:
                 self._update_interest(connection)
             if connection.throttled and connection.queued <= self.config.max_queued_responses // 2:
                 connection.throttled = False
-                self._resume(connection)
+                self._resume((connection,))
 
     def _update_interest(self, connection) -> None:
         if connection.closed:  # e.g. resumed, then closed for a malformed frame it had sent meanwhile
@@ -303,6 +337,15 @@ class Acceptor:
             if events:
                 self.selector.register(connection.sock, events, key)
 
+    def _close_failed(self, connection, what: str, exc: OSError) -> None:
+        """Close after a failed receive or send: a reset or a broken pipe is the client
+        leaving (throttled log line), anything else gets a line of its own."""
+        reason = f"{what}: {exc.strerror or exc}"
+        if exc.errno in PEER_GONE_ERRNOS:
+            self._throttled_log.event("peer gone", logging.INFO, f"closing {connection!r}: {reason}")
+            reason = None
+        self._close(connection, reason)
+
     def _close(self, connection, reason) -> None:
         if connection.closed:
             return
@@ -314,6 +357,7 @@ class Acceptor:
             pass
         self.connections.pop(connection.fd, None)
         self.counters[CONNECTIONS_OPEN] = len(self.connections)
+        self._addresses.release(address_of(connection.peer))
         self.router.forget(connection)
         connection.close()
 
@@ -327,7 +371,7 @@ class Acceptor:
             op = message["op"]
             if op == "worker_down":
                 route = self.router.routes[message["slot"]]
-                self.router.worker_down(route)
+                self._act_on(self.router.worker_down(route))
                 self.control.send("worker_down_ack", slot=message["slot"], generation=message["generation"])
             elif op == "worker_up":
                 self.router.worker_up(self.router.routes[message["slot"]])

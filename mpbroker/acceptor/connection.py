@@ -10,7 +10,9 @@ send keeps its place and continues when the socket is writable again.
 Bounds against hostile clients: ``queued`` counts the answers queued and not yet sent
 (a MULTIFETCH answer once per partition), so the acceptor can stop reading from a
 client that sends requests without reading the answers (``max.queued.responses``);
-``last_active`` is when bytes last moved either way (``connections.max.idle.ms``).
+``last_active`` is when bytes last moved either way (``connections.max.idle.ms``), and
+``reader.frame_started`` when the request still arriving began
+(``request.receive.timeout.ms``); the acceptor's sweep (``limits``) reads both.
 Receive buffers come from the acceptor's shared scratch buffer (``FrameReader``), so
 an idle connection holds none.
 """

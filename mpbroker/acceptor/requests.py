@@ -3,7 +3,8 @@
 Fetch, MULTIFETCH and OFFSETS are answered here from the segment files. Produce
 requests are checked (topic name, partition range; partition -1 picks one at random)
 and routed to the owning worker; the worker validates the messages. A bad 0.7
-produce closes the connection, as 0.7 did; PRODUCE_ACKED gets an error code instead.
+produce closes the connection, as 0.7 did (so does one whose worker is down:
+``ProduceRefused`` from the router); PRODUCE_ACKED gets an error code instead.
 
 Answer sizes are int32 on the wire: a fetch sends at most ``MAX_ANSWER_PAYLOAD``
 bytes, and a MULTIFETCH whose parts together would exceed that gets its later parts
@@ -60,9 +61,9 @@ class RequestHandlers:
         self._routes = {}  # (checked topic bytes, partition in range) -> WorkerRoute
 
     def handle(self, connection, frame) -> None:
-        """Answer or route one request; MalformedRequestError propagates (close)."""
+        """Answer or route one request; MalformedRequestError and ProduceRefused
+        propagate (the caller closes the connection)."""
         if frame[1] == 0 and frame[0] == 0 and self._produce_frame(connection, frame):
-            self._counters[_PRODUCE_COUNTER] += 1
             return
         request = decode_request(frame)
         kind = type(request)
@@ -118,6 +119,7 @@ class RequestHandlers:
         route = self._routes.get((topic_bytes, partition))
         if route is None:
             return False
+        self._counters[_PRODUCE_COUNTER] += 1  # before routing: a refused produce is counted too
         self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET,
                              memoryview(frame)[set_start:], route)
         return True
@@ -138,10 +140,8 @@ class RequestHandlers:
             except (InvalidTopicError, ValueError) as exc:
                 self._close(connection, f"bad multiproduce request: {exc}")
                 return
-        for (topic_bytes, partition, route), message_set in targets:
+        for (topic_bytes, partition, route), message_set in targets:  # ProduceRefused stops it (and closes)
             self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET, message_set, route)
-            if connection.closed:
-                return
 
     def _produce_acked(self, connection, request) -> None:
         response = connection.reserve()

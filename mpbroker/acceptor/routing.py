@@ -13,6 +13,13 @@ from the files).
 
 Backpressure: when a route's outbox holds more than its limit, the connection that
 pushed it over stops being read until the outbox drains to half.
+
+The router never calls back into the acceptor: closing or resuming a connection runs
+the acceptor's code, which may pause or forget connections, and the router may be
+iterating its own sets at that moment. Its calls instead hand back what is left to do
+(``Outcome``: connections to close, whose answers became ready, to read again), and
+the acceptor acts on that once the router is done. A fire-and-forget produce that
+cannot be queued raises ``ProduceRefused`` to the request's handler.
 """
 
 import collections
@@ -25,6 +32,25 @@ from mpbroker.ipc.ring import Ring
 from mpbroker.protocol import responses
 
 log = logging.getLogger(__name__)
+
+
+class ProduceRefused(Exception):
+    """A fire-and-forget produce that cannot be queued (its worker is down): close its
+    connection, so that the client knows."""
+
+
+class Outcome:
+    """What a router call leaves the acceptor to do, in this order: close ``to_close``
+    (``(connection, reason)`` pairs), send for ``ready`` (an answer of theirs became
+    ready), read ``to_resume`` again (their worker's outbox drained or died). Closed
+    connections may appear in the later lists: skip them."""
+
+    __slots__ = ("to_close", "ready", "to_resume")
+
+    def __init__(self):
+        self.to_close = []
+        self.ready = []
+        self.to_resume = []
 
 
 class WorkerRoute:
@@ -42,20 +68,21 @@ class WorkerRoute:
 
 
 class Router:
-    def __init__(self, routes, incarnation: int, on_close, on_ready, on_resume):
+    def __init__(self, routes, incarnation: int):
         self.routes = routes
         # Request ids are unique across acceptor lives, so a late answer meant for a
         # previous acceptor never matches a request of this one.
         self._next_id = incarnation << 40
-        self._close = on_close  # callable(connection, reason)
-        self._ready = on_ready  # callable(connection): a response of it became ready
-        self._resume = on_resume  # callable(connection): read it again
 
     def produce(self, connection, topic_bytes: bytes, partition: int, mode: int, message_set, route,
                 response=None) -> None:
-        """Queue one produce for ``route``'s worker (``response`` for acknowledged modes)."""
+        """Queue one produce for ``route``'s worker (``response`` for acknowledged modes).
+        A worker that is down fills ``response`` with PartitionUnavailable, or raises
+        ``ProduceRefused`` for a fire-and-forget produce."""
         if not route.up:
-            self._unavailable(connection, response, partition, f"worker {route.slot} is restarting")
+            if response is None:
+                raise ProduceRefused(f"worker {route.slot} is restarting")
+            response.fill([responses.produce_ack_response(ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1)])
             return
         self._next_id += 1
         request_id = self._next_id
@@ -78,24 +105,26 @@ class Router:
             connection.paused = True
             route.paused.add(connection)
 
-    def _unavailable(self, connection, response, partition: int, reason: str) -> None:
-        if response is None:
-            self._close(connection, f"fire-and-forget produce refused: {reason}")
-        else:
-            response.fill([responses.produce_ack_response(ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1)])
-            self._ready(connection)
-
-    def flush_outboxes(self) -> None:
+    def flush_outboxes(self):
         """Move queued requests into the rings: runs of small produces share one record;
-        one publish (one wake-up) per ring."""
+        one publish (one wake-up) per ring. Returns the connections to read again (their
+        worker's outbox drained to half its limit)."""
+        resumed = ()  # no list made on the usual iteration
         for route in self.routes:
             if route.outbox:
                 self._flush(route)
                 if route.paused and route.outbox_bytes <= route.outbox_limit // 2:
-                    for connection in route.paused:
-                        connection.paused = False
-                        self._resume(connection)
-                    route.paused.clear()
+                    resumed = [*resumed, *self._unpause(route)]
+        return resumed
+
+    @staticmethod
+    def _unpause(route) -> list:
+        """The route's paused connections, no longer paused; the route starts a new set
+        (a resumed connection may pause again)."""
+        connections, route.paused = route.paused, set()
+        for connection in connections:
+            connection.paused = False
+        return list(connections)
 
     @staticmethod
     def _flush(route) -> None:
@@ -132,29 +161,32 @@ class Router:
                 return True
         return False
 
-    def on_answers(self, route) -> None:
-        """Handle every record the worker published."""
+    def on_answers(self, route) -> Outcome:
+        """Handle every record the worker published; returns what is left to do."""
+        outcome = Outcome()
         Ring.clear_notification(route.answers.data_fd)
         records = route.answers.read()
         for kind, body in records:
             if kind == messages.KIND_ACK:
-                self._on_ack(route, *messages.decode_ack(body))
+                self._on_ack(route, outcome.ready, *messages.decode_ack(body))
             elif kind == messages.KIND_DONE:
                 self._on_done(route, messages.decode_done(body))
             elif kind == messages.KIND_CLOSE:
                 request_id, reason = messages.decode_close(body)
                 connection = route.fire_and_forget.pop(request_id, None)
                 if connection is not None:
-                    self._close(connection, reason)
+                    outcome.to_close.append((connection, reason))
         route.answers.release()
+        return outcome
 
-    def _on_ack(self, route, request_id, error, partition, offset, next_offset, reason) -> None:
+    @staticmethod
+    def _on_ack(route, ready, request_id, error, partition, offset, next_offset, reason) -> None:
         pending = route.acked.pop(request_id, None)
         if pending is None:
             return  # meant for a previous acceptor, or its connection is gone
         connection, response, _ = pending
         response.fill([responses.produce_ack_response(error, partition, offset, next_offset)])
-        self._ready(connection)
+        ready.append(connection)
 
     @staticmethod
     def _on_done(route, last_request_id: int) -> None:
@@ -165,27 +197,27 @@ class Router:
                 break
             pending.popitem(last=False)
 
-    def worker_down(self, route) -> None:
-        """Fail everything in flight to a dead worker (after taking its last answers)."""
-        self.on_answers(route)
+    def worker_down(self, route) -> Outcome:
+        """Fail everything in flight to a dead worker (after taking its last answers);
+        returns what is left to do."""
+        outcome = self.on_answers(route)
         route.up = False
         route.outbox.clear()
         route.outbox_bytes = 0
         acked, route.acked = route.acked, {}
         for connection, response, partition in acked.values():
             if not connection.closed:
-                self._unavailable(connection, response, partition, f"worker {route.slot} died")
+                response.fill([responses.produce_ack_response(ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1)])
+                outcome.ready.append(connection)
         closing = set(route.fire_and_forget.values())
         route.fire_and_forget.clear()
-        for connection in closing:
-            self._close(connection, f"worker {route.slot} died with this connection's produce in flight")
-        for connection in route.paused:
-            connection.paused = False
-            self._resume(connection)
-        route.paused.clear()
+        reason = f"worker {route.slot} died with this connection's produce in flight"
+        outcome.to_close += [(connection, reason) for connection in closing]
+        outcome.to_resume += self._unpause(route)
         if acked or closing:
             log.warning("worker %d died: %d acknowledged produces failed, %d connections closed",
                         route.slot, len(acked), len(closing))
+        return outcome
 
     def worker_up(self, route) -> None:
         route.requests.attach_writer()

@@ -14,6 +14,13 @@ receive puts that start back at the front of the scratch buffer and receives beh
 it, so a frame cut in two costs no extra receive call; only a frame too large for
 the scratch buffer grows a buffer of its own. An idle connection holds no receive
 buffer at all, and one that stalls inside a frame holds what it sent of that frame.
+
+``frame_started`` is when the first byte of the frame now pending arrived, on the
+clock the caller passes to ``commit`` (a server's deadline for finishing a request):
+set by a receive into an empty buffer, and by taking a frame out (the next frame
+began in the receive that completed this one). ``restart_clock`` starts it again for
+a caller that stopped taking frames for a while. One attribute store per receive and
+per frame; the reader itself never reads a clock.
 """
 
 import struct
@@ -43,6 +50,8 @@ class FrameReader:
         self._buffer = _NO_BUFFER  # replaced on first use
         self._start = 0  # first byte not yet handed out as a frame
         self._end = 0  # end of received bytes
+        self._received_at = 0.0  # the ``now`` of the last commit
+        self.frame_started = 0.0  # when the pending frame's first byte arrived (meaningful while ``buffered``)
 
     @property
     def buffered(self) -> int:
@@ -97,8 +106,17 @@ class FrameReader:
         self._buffer = self._scratch[self._start:self._end] if pending else _NO_BUFFER  # a copy of the pending
         self._start, self._end = 0, pending
 
-    def commit(self, count: int) -> None:
+    def commit(self, count: int, now: float = 0.0) -> None:
+        """``count`` bytes were received into ``receive_buffer()`` at time ``now``."""
+        if self._end == self._start:
+            self.frame_started = now  # the first byte of a new frame
         self._end += count
+        self._received_at = now
+
+    def restart_clock(self, now: float) -> None:
+        """The pending frame (and any taken out from here on) counts as begun at ``now``:
+        for a caller that did not take frames for a while (time it owes the peer)."""
+        self.frame_started = self._received_at = now
 
     def feed(self, data) -> None:
         """Copy ``data`` in (for callers that did not receive into ``receive_buffer``)."""
@@ -127,6 +145,7 @@ class FrameReader:
         start = self._start + SIZE_BYTES
         frame = bytes(self._buffer[start:start + size])
         self._start = start + size
+        self.frame_started = self._received_at  # the next frame began in the receive that ended this one
         if self._start == self._end:
             self._start = self._end = 0
             if self._scratch is not None:

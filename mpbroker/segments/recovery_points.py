@@ -2,7 +2,8 @@
 completed flush made durable, kept in ``log.dir`` so that recovery after a crash or a
 power cut scans only what lies past it (``recovery``), not whole segments.
 
-One file per worker slot, ``recovery-point-offset-checkpoint-<slot>-of-<num.workers>``:
+One file per worker slot, ``recovery-point-offset-checkpoint.worker<slot>of<num.workers>``
+(a name that no ``<topic>-<partition>`` directory can have):
 a worker owns a fixed set of partitions for a given ``num.workers`` and is its file's
 only writer, and a file made under another ``num.workers`` is not read (its partitions
 are owned differently; recovery then falls back to scanning last segments once). The
@@ -28,11 +29,11 @@ log = logging.getLogger(__name__)
 PREFIX = "recovery-point-offset-checkpoint"
 VERSION = 0
 UNKNOWN = -1
-_NAME = re.compile(re.escape(PREFIX) + r"-(\d+)-of-(\d+)\Z")
+_NAME = re.compile(re.escape(PREFIX) + r"\.worker(\d+)of(\d+)\Z")
 
 
 def checkpoint_path(log_dir: str, slot: int, workers: int) -> str:
-    return os.path.join(log_dir, f"{PREFIX}-{slot}-of-{workers}")
+    return os.path.join(log_dir, f"{PREFIX}.worker{slot}of{workers}")
 
 
 def write_checkpoint(path: str, points: dict) -> None:
@@ -86,6 +87,11 @@ def parse_checkpoint(text: str) -> dict:
             raise ValueError(f"bad offset in {line!r}")
         points[(topic, int(partition))] = int(offset)
     return points
+
+
+def is_checkpoint_file(name: str) -> bool:
+    """A checkpoint's name in ``log.dir`` (or its temporary one while it is written)."""
+    return _NAME.match(name.removesuffix(".tmp")) is not None
 
 
 def remove_other_layouts(log_dir: str, workers: int) -> None:

@@ -19,7 +19,7 @@ from mpbroker.ipc import messages
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.partition_table import TableFullError
 from mpbroker.segments.message_set import validate_message_set
-from mpbroker.workers.failure_log import RepeatedFailureLog
+from mpbroker.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ class ProduceHandler:
         self._partial = {}  # request id -> (first fragment, bytearray, bytes received)
         self._topics = {}  # topic bytes -> str
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
-        self._storage_failures = RepeatedFailureLog(log)  # appends failing while a disk is full
+        self._storage_failures = ThrottledLog(log)  # appends failing while a disk is full
 
     def handle(self, records) -> None:
         """Handle a batch of ring records ``(kind, body view)``; copies what it keeps."""
@@ -135,8 +135,8 @@ class ProduceHandler:
         except (MPBrokerError, OSError) as exc:  # disk full, I/O error: nothing was written
             self._fail_group(topic, partition, group, exc)
             return
-        if self._storage_failures.failing:
-            self._storage_failures.succeeded((topic, partition), f"appending to {topic}-{partition}")
+        if self._storage_failures.active:
+            self._storage_failures.ended((topic, partition), f"appending to {topic}-{partition}")
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
             next_offset = offset + len(produce.data)
@@ -156,7 +156,7 @@ class ProduceHandler:
         every request while a disk is full)."""
         code = getattr(exc, "code", ErrorCode.UNKNOWN)
         reason = f"produce to {topic}-{partition} refused: {exc}"
-        self._storage_failures.failed((topic, partition), reason)
+        self._storage_failures.event((topic, partition), logging.ERROR, reason)
         for produce in group:
             self._refuse(produce, code, reason)
 

@@ -36,7 +36,7 @@ from mpbroker.segments import LogManager
 from mpbroker.segments.log import FlushPostponedError, LogRemovedError
 from mpbroker.segments.recovery_points import (UNKNOWN, checkpoint_path, read_checkpoint, remove_other_layouts,
                                                write_checkpoint)
-from mpbroker.workers.failure_log import RepeatedFailureLog
+from mpbroker.throttled_log import ThrottledLog
 from mpbroker.workers.flusher import Flusher
 from mpbroker.workers.produce_handler import ProduceHandler
 from mpbroker.workers.publisher import Publisher
@@ -77,8 +77,9 @@ class PartitionWorker:
         self.publisher = Publisher(table)
         self._checkpoint_path = checkpoint_path(self.logs.log_dir, slot, num_workers)
         self._checkpointed = None  # the points last written to the checkpoint file
-        self._checkpoint_failures = RepeatedFailureLog(log)
-        self._flush_postponed = RepeatedFailureLog(log)  # logs whose flush waits for a file descriptor
+        self._checkpoint_failures = ThrottledLog(log)
+        self._postponed = set()  # logs whose flush waits for a file descriptor
+        self._postponed_log = ThrottledLog(log)
         self.flusher = Flusher(counters)
         self._outbox = collections.deque()
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer)
@@ -211,15 +212,17 @@ class PartitionWorker:
                 self.handler.log_failed(partition_log)
                 continue
             if isinstance(error, FlushPostponedError):
-                self._flush_postponed.failed(partition_log, f"{error}; flushing again later")
+                self._postponed.add(partition_log)
+                self._postponed_log.event(partition_log, logging.WARNING, f"{error}; flushing again later")
                 continue
             if error is not None:
                 log.critical("%s; exiting so that recovery checks the log", error)
                 self._exit_code = EXIT_FLUSH_FAILED
                 self._stopping = True
                 continue
-            if self._flush_postponed.failing:
-                self._flush_postponed.succeeded(partition_log, f"flushing {partition_log.directory}")
+            if self._postponed:
+                self._postponed.discard(partition_log)
+                self._postponed_log.ended(partition_log, f"flushing {partition_log.directory}")
             self.publisher.flushed(partition_log, now)
             self.handler.flushed(partition_log)
         if self.flusher.checkpoint_result is not None:
@@ -227,10 +230,10 @@ class PartitionWorker:
             self.flusher.checkpoint_result = None
             if error is None:
                 self._checkpointed = points
-                if self._checkpoint_failures.failing:
-                    self._checkpoint_failures.succeeded("checkpoint", f"writing {self._checkpoint_path}")
+                if self._checkpoint_failures.active:
+                    self._checkpoint_failures.ended("checkpoint", f"writing {self._checkpoint_path}")
             else:
-                self._checkpoint_failures.failed("checkpoint", f"writing the recovery points to "
+                self._checkpoint_failures.event("checkpoint", logging.ERROR, f"writing the recovery points to "
                                                                f"{self._checkpoint_path} failed: {error}")
 
     def _on_control(self) -> None:
@@ -264,7 +267,7 @@ class PartitionWorker:
     def _flush_due_logs(self, now: int) -> None:
         for partition_log in self.logs.logs_due_for_flush(now):
             self.flusher.request(partition_log)
-        for partition_log in list(self._flush_postponed.failing):  # their acks wait: try again
+        for partition_log in list(self._postponed):  # their acks wait: try again
             self.flusher.request(partition_log)
 
     def _recovery_points_now(self) -> dict:

@@ -320,15 +320,15 @@ def test_broker_refusal_raises_at_once_without_retries(broker_factory):
     assert read_partition(broker.port, "refused", ok.partition) == [b"small"]
 
 
-def test_unknown_broker_error_is_a_produce_error(broker):
+def test_a_broker_storage_error_is_a_produce_error(broker):
     with Producer(broker_list=broker_list(broker), acks="flush") as producer:
         partition = producer.partitions_for("blocked")[default_partitioner("k", PARTITIONS)].partition
-        # a file where the partition directory must go: the broker's append fails with an
-        # OSError, answered with the generic error code -1
+        # a file where the partition directory must go: the broker cannot open the log and
+        # answers StorageError (8), which retrying would not fix
         open(os.path.join(broker.log_dir, f"blocked-{partition}"), "w").close()
         with pytest.raises(ProduceError) as caught:
             producer.send("blocked", b"x", key="k")
-    assert caught.value.code == -1
+    assert caught.value.code == 8
 
 
 # --- async ------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ guarantee it checks.
   ``connections.max.idle.ms``, unless the broker itself keeps them waiting;
 - thousands of idle connections cost little memory and do not slow the others;
   ``max.connections`` refuses beyond its limit, and running out of file descriptors
-  pauses accepting instead of spinning;
+  pauses accepting instead of spinning (slow senders, ``max.connections.per.ip`` and
+  resets: ``test_connection_limits.py``);
 - hostile topic names, negative and huge numbers, oversized messages and
   decompression bombs get the 0.7 answer (an error code, or the connection closed),
   nothing is written, memory stays bounded and the broker stays up;
@@ -278,7 +279,7 @@ def test_thousands_of_idle_connections(broker_factory, many_files):
     if idle_count < 1000:
         pytest.skip(f"RLIMIT_NOFILE hard limit {many_files} is too low for thousands of connections")
     limit = idle_count + 10
-    broker = broker_factory(max_connections=limit)
+    broker = broker_factory(max_connections=limit, max_connections_per_ip=limit)  # all from 127.0.0.1
     acceptor = acceptor_pid(broker)
     memory_before = memory_kb(acceptor)
     idle = [socket.create_connection(("127.0.0.1", broker.port)) for _ in range(idle_count)]

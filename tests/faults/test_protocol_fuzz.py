@@ -66,6 +66,7 @@ from mpbroker.segments import compression
 from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY
 from mpbroker.segments.message_set import decode_messages, validate_message_set
 from mpbroker.segments.naming import check_topic, parse_partition_dir, parse_segment_file_name
+from mpbroker.segments.recovery_points import is_checkpoint_file
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient
 
@@ -491,7 +492,8 @@ def stray_paths(root: str, log_dir: str) -> list:
             path = os.path.join(directory, name)
             if directory == log_dir:
                 ok = (name in (".lock", "mpbroker.sock", ".kafka_cleanshutdown") and not is_dir) or \
-                     (is_dir and parse_partition_dir(name) is not None)
+                     (is_dir and parse_partition_dir(name) is not None) or \
+                     (not is_dir and is_checkpoint_file(name))
             elif os.path.dirname(directory) == log_dir:
                 ok = not is_dir and parse_segment_file_name(name) is not None
             elif directory == broker_dir:

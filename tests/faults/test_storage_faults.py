@@ -725,7 +725,7 @@ def test_failed_fdatasync_fails_the_flush_acks_and_the_respawned_worker_recovers
     assert ack.error == 0
     status = broker.status()["workers"][slot]
     assert status["restarts"] >= 1 and status["pid"] != victim
-    assert "(recovered)" in broker.output().split("stopping without a final flush")[-1]
+    assert "(recovered: " in broker.output().split("stopping without a final flush")[-1]
     # The set whose flush failed was written, so it may be served (at least once); every
     # acknowledged message is there, in order, and the new one right at the end.
     got = served(broker.port, 1)

@@ -134,7 +134,7 @@ def test_a_restart_after_a_crash_recovers_from_the_checkpoint(broker_factory):
     broker = broker_factory(log_flush_offset_checkpoint_interval_ms=100)
     end = produce_flushed(broker.port, "restart", 100)
     slot = partition_status(broker, "restart")["worker"]
-    checkpoint = os.path.join(broker.log_dir, f"recovery-point-offset-checkpoint-{slot}-of-2")
+    checkpoint = os.path.join(broker.log_dir, f"recovery-point-offset-checkpoint.worker{slot}of2")
     wait_for(lambda: (read_checkpoint(checkpoint) or {}).get(("restart", 0)) == end, timeout=10,
              what="the recovery point checkpointed")
     broker.kill_tree()

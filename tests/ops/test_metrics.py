@@ -1,8 +1,12 @@
 """The Prometheus endpoint (metrics.enable) against a real broker: the numbers it
 serves are the broker's own (requests sent, bytes, partition sizes, flushes, restarts),
-its counters survive respawns, it is off by default, and a taken port is refused."""
+its counters survive respawns, it is off by default, a taken port is refused, it
+listens on the broker's hostname unless told otherwise, and thousands of silent
+connections cost it no threads while a scraper is answered."""
 
+import gzip
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -11,6 +15,7 @@ import time
 import urllib.request
 
 import pytest
+from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
 from mpbroker.protocol import requests as rq
@@ -23,7 +28,8 @@ from tests.broker.wire import WireClient
 @pytest.fixture
 def metered(tmp_path):
     broker = BrokerProcess(tmp_path / "b", metrics_enable="true", metrics_port=0, metrics_host="127.0.0.1")
-    broker.start()
+    broker.start()  # returns once the acceptor is up: the exporter may still be starting
+    broker.wait_until(lambda status: status["metrics"]["state"] == "up", what="the metrics exporter")
     yield broker
     broker.close()
 
@@ -146,7 +152,7 @@ def test_metrics_are_off_by_default(tmp_path):
     assert not any(line.startswith("metrics ") for line in result.stdout.splitlines())
 
 
-def test_ctl_status_shows_the_endpoint(metered):
+def test_ctl_status_shows_the_endpoint(metered):  # the fixture waited for the exporter to be up
     result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", metered.config_path, "status"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
@@ -166,3 +172,72 @@ def test_a_taken_metrics_port_refuses_to_start(tmp_path):
         finally:
             broker.close()
     assert f"cannot listen on 127.0.0.1:{port} (metrics.port)" in broker.output()
+
+
+def test_the_endpoint_listens_on_the_brokers_hostname_by_default(tmp_path):
+    with BrokerProcess(tmp_path / "b", metrics_enable="true", metrics_port=0) as broker:  # hostname=127.0.0.1
+        status = broker.wait_until(lambda s: s["metrics"]["state"] == "up", what="the metrics exporter")
+        port = status["metrics"]["port"]
+        assert value(scrape(port), "mpbroker_process_up", process="metrics") == 1
+        with pytest.raises(ConnectionRefusedError):  # another loopback address: not listened on
+            socket.create_connection(("127.0.0.2", port), timeout=5).close()
+        assert status["metrics"]["host"] == "127.0.0.1"
+        result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "status"],
+                                capture_output=True, text=True, timeout=30)
+    assert f"metrics: http://127.0.0.1:{port}/metrics" in result.stdout
+
+
+PROMETHEUS_HEADERS = {  # what Prometheus 2.x sends with each scrape
+    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+              "text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+    "Accept-Encoding": "gzip",
+    "User-Agent": "Prometheus/2.45.0",
+    "X-Prometheus-Scrape-Timeout-Seconds": "10",
+}
+
+
+def prometheus_scrape(port: int) -> dict:
+    """A scrape as Prometheus makes it (OpenMetrics, gzip); ``{sample name: value}`` of unlabelled samples."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers=PROMETHEUS_HEADERS)
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 200
+        assert answer.headers["Content-Type"].startswith("application/openmetrics-text")
+        assert answer.headers["Content-Encoding"] == "gzip"
+        text = gzip.decompress(answer.read()).decode()
+    return {sample.name: sample.value for family in openmetrics_families(text) for sample in family.samples
+            if not sample.labels}
+
+
+def thread_count(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("Threads:"))
+
+
+SILENT_CONNECTIONS = 2000
+
+
+def test_thousands_of_silent_connections_cost_no_threads(metered):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard < SILENT_CONNECTIONS + 200:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} is too low")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    status = metered.status()
+    port, exporter = status["metrics"]["port"], status["metrics"]["pid"]
+    threads_before = thread_count(exporter)
+    silent = []
+    try:
+        for _ in range(SILENT_CONNECTIONS):
+            silent.append(socket.create_connection(("127.0.0.1", port)))
+        time.sleep(0.5)  # let the exporter accept them all
+        started = time.monotonic()
+        samples = prometheus_scrape(port)
+        assert time.monotonic() - started < 5
+        assert samples["mpbroker_log_dir_free_bytes"] > 0
+        assert thread_count(exporter) <= threads_before <= 10, \
+            f"{thread_count(exporter)} threads with {SILENT_CONNECTIONS} silent connections open"
+        assert prometheus_scrape(port)["mpbroker_log_dir_free_bytes"] > 0  # and again
+    finally:
+        for sock in silent:
+            sock.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert value(scrape(port), "mpbroker_process_restarts_total", process="metrics") == 0
