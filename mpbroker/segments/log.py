@@ -266,11 +266,15 @@ class Log:
 
     def flush_due(self, now_ms: int | None = None) -> bool:
         """``now_ms`` is on the timer clock (``monotonic_ms``)."""
+        if self.failure is not None:
+            return False
         now = self._timer_ms() if now_ms is None else now_ms
         return self.config.flush_due(self._unflushed_messages, self._unflushed_since_ms, now)
 
     @property
     def needs_flush(self) -> bool:
+        if self.failure is not None:
+            return False  # its files are gone: nothing to make durable
         return (self.recovery_point is None or self.recovery_point < self.log_end
                 or bool(self._dirty_directories))
 

@@ -208,7 +208,8 @@ class PartitionWorker:
         now = wall_clock_ms()  # the date of the last flush, for the metrics
         for partition_log, error in self.flusher.collect():
             if isinstance(error, LogRemovedError):
-                log.critical("%s", partition_log.failure)
+                log.critical("%s", partition_log.failure)  # once: a failed log is not flushed again
+                self._postponed.discard(partition_log)
                 self.handler.log_failed(partition_log)
                 continue
             if isinstance(error, FlushPostponedError):
