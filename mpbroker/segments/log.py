@@ -117,8 +117,8 @@ class Log:
             instance._dirty_directories.update((directory, os.path.dirname(directory)))
         elif recover:
             instance._recovered(recovery_point)
-        if first_segment_made:
-            instance._dirty_directories.add(directory)
+        if first_segment_made:  # an empty directory: made by an earlier life that died, perhaps not durable
+            instance._dirty_directories.update((directory, os.path.dirname(directory)))
         return instance
 
     def _recovered(self, recovery_point: int | None) -> None:

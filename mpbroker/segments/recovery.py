@@ -8,10 +8,12 @@ before it are trusted and not read (a restart does not read the whole log); from
 on, every message is checked (a short length, a length below 5, a message running
 past the end of the file, a CRC mismatch) across every later segment, and the log
 ends at the first bad byte: that segment is truncated there and any later segment
-file is deleted. Only unflushed data lies past the recovery point, and a crash or a
-power cut can leave it torn anywhere: the tail of a segment cut short while the next
-segment, created by a roll, survived (a gap), a garbage tail, an empty segment with
-a later one behind it. None of it was acknowledged as flushed.
+file is deleted. A crash or a power cut never damages what a sync covered, so that
+byte always lies past everything flushed (a checkpointed recovery point may lag the
+flushes, but what lies between is intact); what it can leave torn is the unflushed
+data after it, anywhere: the tail of a segment cut short while the next segment,
+created by a roll, survived (a gap), a garbage tail, an empty segment with a later
+one behind it. None of that was acknowledged as flushed.
 
 Without a recovery point (a broker directory from before checkpoints, or a new
 ``num.workers``) the last segment alone is scanned, and a gap between segments is

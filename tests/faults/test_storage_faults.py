@@ -178,7 +178,13 @@ def flip_byte(path: str, position: int) -> None:
 
 def filled_broker(broker_factory, stop: str = "kill", **properties):
     """A broker that took SETS_PER_PARTITION acknowledged sets per partition, then was
-    stopped (``kill``: SIGKILL of the tree; ``graceful``: TERM)."""
+    stopped (``kill``: SIGKILL of the tree; ``graceful``: TERM).
+
+    It writes no recovery-point checkpoint in that time, so recovery runs as for a
+    log.dir without one (the whole last segment is checked, a gap anywhere is refused):
+    the damage here is the operator's or the disk's, not a crash's. Recovery from a
+    recovery point is tested in test_worker_recovery.py and test_power_cut.py."""
+    properties.setdefault("log_flush_offset_checkpoint_interval_ms", 3_600_000)
     broker = broker_factory(log_file_size=SEGMENT_BYTES, **properties)
     acked = Acked()
     produce(broker.port, acked, "before", mixed=True)
