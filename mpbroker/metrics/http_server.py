@@ -8,7 +8,11 @@ without blocking (a selector); only a request whose head has fully arrived goes 
 one of ``HANDLER_THREADS`` handler threads, which answer it from the bytes already
 read (a scrape is a GET: no body) and send the answer within ``SEND_TIMEOUT_S``. So a
 connection that sends nothing costs a file descriptor, not a thread, and a scraper is
-answered while thousands of them are open.
+answered while thousands of them are open. Why not waitress, which also has one
+dispatcher and a fixed pool of threads: it closes only idle connections, so clients
+that trickle a byte now and then hold its whole ``connection_limit`` and every scrape
+waits behind them in the backlog; here a request head must arrive within a deadline,
+and the oldest waiting connection makes room for a new one.
 
 Bounds: a connection that has not sent a whole request head within
 ``REQUEST_TIMEOUT_S`` is closed; so is the oldest of them when ``MAX_WAITING`` are

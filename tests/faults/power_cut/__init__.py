@@ -9,6 +9,12 @@ that moment would leave, from a durable baseline (``durable.py``) moved forward 
 the logged events (``events.py``). ``rig.PowerCutRig`` ties it together for one tree.
 ``scratch_writer`` is the program the harness's own tests run; ``fire_and_forget``
 is load for the broker test.
+
+Written here because nothing on PyPI or in Debian does this from user space: the
+known crash-consistency tools record writes below the file system (dm-log-writes,
+CrashMonkey's kernel module, ALICE's strace-based replays of whole programs), which
+this machine cannot load or which would not follow a multi-process broker with
+threads.
 """
 
 from .durable import DurableState, UnsupportedEvent
