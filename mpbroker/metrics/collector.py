@@ -85,7 +85,7 @@ class BrokerCollector:
                 ("mpbroker_sent_bytes", c.BYTES_SENT, "bytes sent to clients, sendfile included"),
                 ("mpbroker_connections_accepted", c.CONNECTIONS_ACCEPTED, "client connections accepted"),
                 ("mpbroker_connections_refused", c.CONNECTIONS_REFUSED,
-                 "client connections refused (max.connections, no file descriptors)")):
+                 "client connections refused (max.connections, max.connections.per.ip, no file descriptors)")):
             yield CounterMetricFamily(name, documentation, value=row[index])
         yield GaugeMetricFamily("mpbroker_connections_open", "client connections open now",
                                 value=row[c.CONNECTIONS_OPEN])

@@ -42,7 +42,11 @@ def write_checkpoint(path: str, points: dict) -> None:
     lines = [str(VERSION), str(len(points))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(points.items())]
     temporary = path + ".tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:  # a fresh file, never one a crash may have left linked under another name
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
     try:
         data = ("\n".join(lines) + "\n").encode("ascii")
         while data:

@@ -184,6 +184,30 @@ def test_random_cut_keeps_prefixes_of_what_was_written(tmp_path, shim_library):
     assert all(seen.values()), f"random mode was not exercised: {seen}"
 
 
+def test_a_replaced_checkpoint_survives_as_one_whole_version(tmp_path, shim_library):
+    """The broker's checkpoint files, replaced over and over from two threads, then cut
+    at random: each name comes back as one whole version (never empty, never torn), and
+    no inode ends up under two names (a rename is one journal transaction: the model
+    once gave a renamed file its old name back as well, and the next write through that
+    name truncated the checkpoint)."""
+    from mpbroker.segments.recovery_points import read_checkpoint, write_checkpoint
+
+    for seed in range(12):
+        root = tmp_path / f"checkpoints-{seed}"
+        (root / "checkpoints").mkdir(parents=True)
+        for number in range(2):
+            write_checkpoint(str(root / "checkpoints" / f"worker{number}"), {("t", number): 0})
+        rig = PowerCutRig(str(root), str(tmp_path / f"checkpoints-{seed}-rig"), shim_library)
+        run_under_shim(rig, "checkpoints", rig.root)
+        rig.cut(CutMode.RANDOM, random.Random(seed))
+        inodes = [os.lstat(os.path.join(directory, name)).st_ino
+                  for directory, _, files in os.walk(root) for name in files]
+        assert len(inodes) == len(set(inodes)), f"seed {seed}: an inode under two names"
+        for number in range(2):
+            points = read_checkpoint(str(root / "checkpoints" / f"worker{number}"))
+            assert points is not None and set(points) == {("t", number)}, f"seed {seed}: {points}"
+
+
 def test_concurrent_processes_and_threads_log_whole_lines(tmp_path, shim_library):
     """Two processes of four threads sync a directory with a listing longer than the
     shim's line buffer and files being appended to meanwhile: every line is whole, every

@@ -123,14 +123,19 @@ class _PowerCut:
     def _directory(self, path: str) -> None:
         durable_entries = self.durable.listings.get(os.lstat(path).st_ino, {})
         present = {name: os.lstat(os.path.join(path, name)).st_ino for name in os.listdir(path)}
+        # Which unsynced entries survive is decided for the whole directory first: a
+        # rename is one journal transaction, so an inode a surviving rename moved to a new
+        # name is not also given back under its old one, whichever name comes first.
+        survives = {name for name, inode in sorted(present.items())
+                    if durable_entries.get(name) != inode and self._unsynced_change_survives()}
+        self.kept_unsynced_inodes.update(present[name] for name in survives)
         for name, inode in sorted(present.items()):
             child = os.path.join(path, name)
             durable_inode = durable_entries.get(name)
             if durable_inode == inode:
                 self._keep(child)
-            elif self._unsynced_change_survives():
+            elif name in survives:
                 self.report.kept_unsynced.append(self._relative(child))
-                self.kept_unsynced_inodes.add(inode)
                 self._keep(child)
             elif durable_inode is not None:  # replaced after the last sync of this directory
                 self._remove(child, unsynced=False)
@@ -174,8 +179,8 @@ class _PowerCut:
     def _restore(self, path: str, inode: int, replaced: bool) -> None:
         """Give ``path`` back its durable ``inode``: the name is there with another inode
         (``replaced``) or gone (renamed away: put back; deleted: not modelled)."""
-        if not replaced and inode in self.kept_unsynced_inodes:
-            return  # renamed, and the rename survived
+        if inode in self.kept_unsynced_inodes:
+            return  # renamed, and the rename survived: the old name went with it
         source = None if inode in self.durable.unlinked else self.inode_sources.get(inode)
         if source is None:
             (self.report.lost_names if replaced else self.report.deleted_names).append(self._relative(path))

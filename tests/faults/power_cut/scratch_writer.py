@@ -6,6 +6,9 @@ the test before the baseline is taken) created with whatever the scenario starts
 from. What a strict power cut must leave of each is written down by the test, not
 derived from the model.
 
+``python -m tests.faults.power_cut.scratch_writer checkpoints ROOT`` replaces two
+checkpoint files from two threads, as the broker's workers do.
+
 ``python -m tests.faults.power_cut.scratch_writer stress ROOT TAG`` (after
 ``prepare_stress(ROOT)``) syncs from several threads at once (a directory listing
 longer than the shim's line buffer, files appended to while they are synced) and
@@ -158,12 +161,43 @@ def run_stress(root: str, tag: str, threads: int = 4, rounds: int = 60) -> None:
         print(inode, before, after)
 
 
+def run_checkpoints(root: str, rounds: int = 40) -> None:
+    """Two threads replace a checkpoint file each, as the broker's workers do
+    (``recovery_points.write_checkpoint``: write a temporary file, fsync, rename, fsync
+    the directory), so one's directory sync makes the other's temporary name durable;
+    each ends after creating its next temporary file (a cut in the middle of a write)."""
+    from mpbroker.segments.recovery_points import write_checkpoint
+
+    directory = os.path.join(root, "checkpoints")
+
+    def worker(number: int) -> None:
+        path = os.path.join(directory, f"worker{number}")
+        for version in range(1, rounds + 1):
+            write_checkpoint(path, {("t", number): version})
+
+    workers = [threading.Thread(target=worker, args=(n,)) for n in range(2)]
+    for thread in workers:
+        thread.start()
+    for thread in workers:
+        thread.join()
+    # Then the moment that matters, step by step: worker0's next temporary file made
+    # durable by worker1's directory sync, renamed over the checkpoint, and the write
+    # after it begun, when the power goes.
+    path = os.path.join(directory, "worker0")
+    write_file(path + ".tmp", f"0\n1\nt 0 {rounds + 1}\n".encode(), sync=True)
+    sync_directory(directory)
+    os.replace(path + ".tmp", path)
+    write_file(path + ".tmp", b"0\n1\nt", sync=False)
+
+
 def main(argv) -> int:
     command, root = argv[1], argv[2]
     if command == "scenarios":
         run_scenarios(root)
     elif command == "stress":
         run_stress(root, argv[3])
+    elif command == "checkpoints":
+        run_checkpoints(root)
     else:
         raise SystemExit(f"unknown command {command}")
     return 0
