@@ -15,7 +15,8 @@ so a crash leaves the old or the new one, never a torn one; a file that does not
 is reported and ignored.
 
 A partition missing from a worker's file was created after the file was last written
-(the worker lists every partition it has), so everything in it is past the checkpoint.
+(the worker lists every partition it has, and writes its first file before it takes
+its first produce), so everything in it is past the checkpoint.
 """
 
 import logging

@@ -92,12 +92,15 @@ class PartitionWorker:
 
     def _open_logs(self) -> None:
         started = time.monotonic()
-        recovery_point_of = self._recovery_points() if self.recover else None
+        checkpointed = read_checkpoint(self._checkpoint_path)
+        recovery_point_of = self._recovery_points(checkpointed) if self.recover else None
         opened = self.logs.open_existing(recover=self.recover, recovery_point_of=recovery_point_of)
         for partition_log in opened:
             self.publisher.add(partition_log)
             if partition_log.needs_flush:
                 self.flusher.request(partition_log)  # what recovery kept becomes durable, and known to be
+        if checkpointed is None:
+            self._write_first_checkpoint()
         if self.recover:
             scanned = sum(partition_log.recovery_scanned for partition_log in opened)
             how = f"recovered: {scanned} bytes past the recovery points scanned"
@@ -105,16 +108,15 @@ class PartitionWorker:
             how = "clean shutdown, no recovery"
         log.info("opened %d partition logs in %.2fs (%s)", len(opened), time.monotonic() - started, how)
 
-    def _recovery_points(self):
+    def _recovery_points(self, checkpointed):
         """``(topic, partition) -> recovery point or None`` for recovery: what this slot's
-        previous life published (a respawn), else the checkpoint file; None (not known)
-        makes recovery scan the last segment only."""
+        previous life published (a respawn), else the checkpoint file (``checkpointed``);
+        None (not known) makes recovery scan the last segment only."""
         published = {}
         for index, topic, partition in self.table.names():
             point = self.table.take_over(index).recovery_point
             if point != UNKNOWN:
                 published[(topic, partition)] = point
-        checkpointed = read_checkpoint(self._checkpoint_path)
 
         def recovery_point_of(topic: str, partition: int):
             point = published.get((topic, partition))
@@ -123,6 +125,20 @@ class PartitionWorker:
             return None if point is None or point == UNKNOWN else point
 
         return recovery_point_of
+
+    def _write_first_checkpoint(self) -> None:
+        """This slot has no checkpoint (a new log.dir, a new num.workers, an older
+        version's files): write one before the first produce. From then on a partition
+        missing from the file was created after it, and a power cut before the next
+        write cannot leave a new partition's gap to a recovery without a recovery point."""
+        points = self._recovery_points_now()
+        try:
+            remove_other_layouts(self.logs.log_dir, self.config.num_workers)
+            write_checkpoint(self._checkpoint_path, points)
+        except OSError as exc:
+            log.error("writing the recovery points to %s failed: %s", self._checkpoint_path, exc)
+            return
+        self._checkpointed = points
 
     def _make_timers(self, now: int) -> None:
         config = self.config
@@ -283,8 +299,6 @@ class PartitionWorker:
         points = self._recovery_points_now()
         if points == self._checkpointed:
             return
-        if self._checkpointed is None:
-            remove_other_layouts(self.logs.log_dir, self.config.num_workers)
         self.flusher.write_checkpoint(self._checkpoint_path, points)
 
     def _apply_retention(self, _now: int) -> None:

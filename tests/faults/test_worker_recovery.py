@@ -150,6 +150,32 @@ def test_a_restart_after_a_crash_recovers_from_the_checkpoint(broker_factory):
         assert client.produce_acked("restart", 0, encode_message_set([b"next"])).offset == end
 
 
+def test_a_power_cut_before_the_first_checkpoint_interval_leaves_no_gap_to_refuse(broker_factory):
+    """A new log.dir: each worker writes its checkpoint before it takes a produce, so
+    a partition created afterwards is known to lie wholly past it. A power cut right
+    away (here: a kill, then an old segment's unflushed tail taken off by hand) leaves
+    a gap that recovery ends the log at; without that first file, recovery had no
+    recovery point and refused the gap (a CI run of the power-cut test hit this)."""
+    broker = broker_factory(log_file_size=4096, log_flush_offset_checkpoint_interval_ms=3_600_000)
+    for slot in range(2):
+        assert read_checkpoint(os.path.join(broker.log_dir, f"recovery-point-offset-checkpoint.worker{slot}of2")) == {}
+    message_set = encode_message_set([b"x" * 190] * 10)
+    with WireClient(broker.port) as client:
+        for _ in range(5):
+            assert client.produce_acked("young", 0, message_set, durability=0).error == ErrorCode.NO_ERROR
+    broker.kill_tree()
+    directory = os.path.join(broker.log_dir, "young-0")
+    first, *later = sorted(os.listdir(directory))
+    assert later, "the test needs a roll"
+    message_bytes = len(message_set) // 10
+    cut = os.path.getsize(os.path.join(directory, first)) // 2 + message_bytes // 2  # inside a message
+    with open(os.path.join(directory, first), "r+b") as f:  # the first segment lost its tail; the rest stayed
+        f.truncate(cut)
+    broker.start()
+    assert partition_status(broker, "young")["log_end"] == cut - cut % message_bytes
+    assert sorted(os.listdir(directory)) == [first]
+
+
 # --- a partition directory removed under the broker -----------------------------------
 
 
