@@ -44,6 +44,7 @@ from mpbroker.segments import verify
 from mpbroker.segments.message import encode_message, encode_message_set
 from mpbroker.segments.message_set import iter_messages, validate_message_set
 from mpbroker.segments.naming import segment_file_name
+from mpbroker.segments.recovery_points import is_checkpoint_file
 from tests.broker.wire import WireClient
 
 TOPIC = "stored"
@@ -180,15 +181,18 @@ def filled_broker(broker_factory, stop: str = "kill", **properties):
     """A broker that took SETS_PER_PARTITION acknowledged sets per partition, then was
     stopped (``kill``: SIGKILL of the tree; ``graceful``: TERM).
 
-    It writes no recovery-point checkpoint in that time, so recovery runs as for a
-    log.dir without one (the whole last segment is checked, a gap anywhere is refused):
-    the damage here is the operator's or the disk's, not a crash's. Recovery from a
-    recovery point is tested in test_worker_recovery.py and test_power_cut.py."""
-    properties.setdefault("log_flush_offset_checkpoint_interval_ms", 3_600_000)
+    Its recovery-point checkpoints are then removed, so recovery runs as for a log.dir
+    from before checkpoints (the whole last segment is checked, a gap anywhere is
+    refused): the damage here is the operator's or the disk's, not a crash's. Recovery
+    from a recovery point is tested in test_worker_recovery.py, test_power_cut.py and
+    tests/segments/test_recovery.py."""
     broker = broker_factory(log_file_size=SEGMENT_BYTES, **properties)
     acked = Acked()
     produce(broker.port, acked, "before", mixed=True)
     stop_broker(broker, stop)
+    for name in os.listdir(broker.log_dir):
+        if is_checkpoint_file(name):
+            os.unlink(os.path.join(broker.log_dir, name))
     for partition in range(PARTITIONS):
         assert len(segment_paths(broker, partition)) >= 3, "the test needs older segments"
     return broker, acked
