@@ -31,6 +31,8 @@ import socket
 import threading
 import time
 
+from mpbroker.throttled_log import ThrottledLog
+
 log = logging.getLogger(__name__)
 
 HANDLER_THREADS = 4
@@ -94,7 +96,7 @@ class BoundedHTTPServer:
         self._dispatcher = threading.Thread(target=self._dispatch, name="metrics-http", daemon=True)
         self._handlers = [threading.Thread(target=self._answer_requests, name=f"metrics-http-{number}", daemon=True)
                           for number in range(threads)]
-        self._last_accept_warning = float("-inf")
+        self._accept_failures = ThrottledLog(log)  # out of descriptors: a line per 10 s, with a count
 
     @property
     def alive(self) -> bool:
@@ -204,10 +206,7 @@ class BoundedHTTPServer:
         waiting.sock.close()
 
     def _warn_accept_failed(self, exc: OSError) -> None:
-        now = time.monotonic()
-        if now - self._last_accept_warning >= 10:
-            self._last_accept_warning = now
-            log.warning("cannot accept a metrics connection: %s", exc.strerror)
+        self._accept_failures.event("accept", logging.WARNING, f"cannot accept a metrics connection: {exc.strerror}")
 
     # --- the handler threads ------------------------------------------------------
 

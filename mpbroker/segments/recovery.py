@@ -53,11 +53,9 @@ def open_segments(directory: str, recover: bool, recovery_point: int | None = No
             segments.append(_open_segment(directory, base))
         if not recover or not segments:
             _check_contiguous(directory, segments)
-        elif recovery_point is None or not _plausible(directory, segments, recovery_point):
-            _check_contiguous(directory, segments)
-            scanned = segments[-1].size
-            truncate_torn_tail(segments[-1])
         else:
+            if recovery_point is None or not _plausible(directory, segments, recovery_point):
+                recovery_point = segments[-1].base  # not known: everything before the last segment is trusted
             scanned = segments[-1].end - max(recovery_point, segments[0].base)
             segments = recover_from(directory, segments, recovery_point)
     except BaseException:
@@ -173,15 +171,6 @@ def valid_prefix_length(segment: Segment, start: int = 0) -> int:
             return validate_message_set(view, _UNLIMITED, deep=False).valid_bytes
         finally:
             view.release()
-
-
-def truncate_torn_tail(segment: Segment) -> int:
-    """Truncate ``segment`` after its last valid message; return the bytes cut off."""
-    valid = valid_prefix_length(segment)
-    cut = segment.size - valid
-    if cut:
-        _truncate(segment, valid)
-    return cut
 
 
 def _truncate(segment: Segment, valid: int) -> None:

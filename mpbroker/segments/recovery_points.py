@@ -33,6 +33,12 @@ UNKNOWN = -1
 _NAME = re.compile(re.escape(PREFIX) + r"\.worker(\d+)of(\d+)\Z")
 
 
+def stored(point: int | None) -> int:
+    """A log's recovery point as the checkpoint (and the partition table) stores it:
+    None, not known, is UNKNOWN."""
+    return UNKNOWN if point is None else point
+
+
 def checkpoint_path(log_dir: str, slot: int, workers: int) -> str:
     return os.path.join(log_dir, f"{PREFIX}.worker{slot}of{workers}")
 

@@ -8,7 +8,7 @@ worker starts recovering the log.
 """
 
 from mpbroker.ipc.partition_table import PartitionState, PartitionTable
-from mpbroker.segments.recovery_points import UNKNOWN
+from mpbroker.segments.recovery_points import stored
 
 
 class Publisher:
@@ -50,7 +50,7 @@ class Publisher:
             messages_in,
             bytes_in,
             last_flush_ms,
-            UNKNOWN if partition_log.recovery_point is None else partition_log.recovery_point,
+            stored(partition_log.recovery_point),
             partition_log.segment_count,
             partition_log.partition,
         ))

@@ -35,7 +35,7 @@ from mpbroker.ownership import owner_slot
 from mpbroker.segments import LogManager
 from mpbroker.segments.log import FlushPostponedError, LogRemovedError
 from mpbroker.segments.recovery_points import (UNKNOWN, checkpoint_path, read_checkpoint, remove_other_layouts,
-                                               write_checkpoint)
+                                               stored, write_checkpoint)
 from mpbroker.throttled_log import ThrottledLog
 from mpbroker.workers.flusher import Flusher
 from mpbroker.workers.produce_handler import ProduceHandler
@@ -289,7 +289,7 @@ class PartitionWorker:
 
     def _recovery_points_now(self) -> dict:
         return {(partition_log.topic, partition_log.partition):
-                UNKNOWN if partition_log.recovery_point is None else partition_log.recovery_point
+                stored(partition_log.recovery_point)
                 for partition_log in self.logs.logs()}
 
     def _checkpoint(self, _now: int) -> None:
