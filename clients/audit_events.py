@@ -22,6 +22,7 @@ the window delivered late go out with the next event), and a reader adds them up
 """
 
 import json
+import math
 import re
 from typing import NamedTuple
 
@@ -72,6 +73,21 @@ def parse_duration_ms(text: str) -> int:
     if milliseconds != int(milliseconds):
         raise ValueError(f"{text!r} is not a whole number of milliseconds")
     return int(milliseconds)
+
+
+def format_duration_ms(milliseconds: int) -> str:
+    """The shortest form ``parse_duration_ms`` reads back: ``10s``, ``1m``, ``1500ms``."""
+    for unit in ("d", "h", "m", "s"):
+        if milliseconds and milliseconds % _UNITS_MS[unit] == 0:
+            return f"{milliseconds // _UNITS_MS[unit]}{unit}"
+    return f"{milliseconds}ms"
+
+
+def smallest_fitting_window(window_ms: int, producer_windows) -> int:
+    """The smallest window of at least ``window_ms`` that is a multiple of every one of
+    ``producer_windows`` (so every producer's window lies inside one of it)."""
+    common = math.lcm(*producer_windows)
+    return -(-window_ms // common) * common
 
 
 def encode_event(event: AuditEvent) -> bytes:

@@ -88,6 +88,13 @@ class AuditLedger:
         by_producer = self._produced.setdefault(start, {})
         by_producer[event.producer] = by_producer.get(event.producer, 0) + count
 
+    def unfit_producers(self) -> dict:
+        """``{(host, client): audit.window.ms}`` of the producers whose windows do not fit
+        in ours (ours is no multiple of theirs): their counts cannot be compared, and a
+        tool refuses such a window rather than report what arrived as extra."""
+        return {event.producer: event.window_ms for event in self.misaligned_events
+                if self.window_ms % event.window_ms}
+
     def add_message(self, created_ms: int, host: str, client: str, sequence: int) -> None:
         start = window_start(created_ms, self.window_ms)
         producer = (host, client)

@@ -4,7 +4,8 @@ creation time in their envelopes).
 
     mpbroker-audit --zookeeper ZK --topic T [--topic T2 ...] [--window 1m]
         [--source-zookeeper ZK_A ...] [--audit-topic _audit] [--grace DURATION]
-        [--since DURATION] [--json] [--zk-timeout-ms N] [--broker-timeout-ms N]
+        [--since DURATION] [--json] [--allow-missing-topics]
+        [--zk-timeout-ms N] [--broker-timeout-ms N]
 
 Reads, once, every partition of each topic at ``--zookeeper`` (up to the log ends at
 the start of the read) and opens each message's audit envelope; reads the audit
@@ -12,9 +13,16 @@ topic's events -- at the same cluster, or, with ``--source-zookeeper`` (repeatab
 at the source clusters a mirror copies from: the producers wrote their events there,
 and reading them at the source makes the count independent of the mirror being
 audited (the mirror may or may not copy the audit topic; its copy is not read).
-Then reports each window of ``--window`` (a multiple of the producers'
-``audit.window.ms``; windows are aligned on the epoch, times shown in UTC), judging
-only complete windows: ended at least ``--grace`` ago (default: one window).
+Then reports each window of ``--window`` (windows are aligned on the epoch, times
+shown in UTC), judging only complete windows: ended at least ``--grace`` ago
+(default: one window). ``--window`` must be a multiple of every producer's
+``audit.window.ms`` (a producer's window must lie inside one of ours): a window that
+is not is refused once the events are read, naming the producers' windows.
+
+A ``--topic`` that is not registered at ``--zookeeper`` and that no audit event counts
+is refused with the closest known names (a typo must not read "OK"), unless
+``--allow-missing-topics``: then it is reported empty, with a note. A topic the events
+count but that never arrived is no typo: its windows are MISSING.
 
 A window is flagged when, for some producer, the distinct messages received differ
 from the count it published (``clients.audit_ledger``); duplicates (redelivery by an
@@ -23,21 +31,30 @@ envelope are counted as not audited. ``--since 2h`` reports only the windows of 
 last two hours (older messages may be gone with retention).
 
 Exit codes: 0 every complete window matches; 1 a discrepancy (or a damaged envelope,
-or events whose window does not fit ``--window``); 2 bad arguments; 3 no ZooKeeper
-answered.
+or an audit event whose window start is off its own grid); 2 bad arguments, an
+unknown topic, or a ``--window`` that is no multiple of the producers' windows; 3 no
+ZooKeeper answered.
 """
 
 import argparse
+import contextlib
 import datetime
 import json
 import logging
 import sys
 import time
 
-from clients.audit_events import AuditEventError, decode_event, parse_duration_ms
+from clients.audit_events import (
+    AuditEventError,
+    decode_event,
+    format_duration_ms,
+    parse_duration_ms,
+    smallest_fitting_window,
+)
 from clients.audit_ledger import OPEN, AuditLedger
 from clients.cluster_reader import BROKER_TIMEOUT_MS, ZK_TIMEOUT_MS, ClusterReader
 from clients.envelope import MAGIC, EnvelopeError, open_envelope
+from clients.unknown_topics import UnknownTopicError, close_matches
 from mpbroker.errors import InvalidTopicError
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable
@@ -61,8 +78,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--grace", help="judge a window once it ended this long ago (default: one window)")
     parser.add_argument("--since", help="report only the windows of this last stretch of time, e.g. 2h")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.add_argument("--zk-timeout-ms", type=int, default=ZK_TIMEOUT_MS)
-    parser.add_argument("--broker-timeout-ms", type=int, default=BROKER_TIMEOUT_MS)
+    parser.add_argument("--allow-missing-topics", action="store_true",
+                        help="a --topic neither registered at --zookeeper nor counted by any audit event is "
+                             "reported as empty (with a note) instead of refused with exit 2")
+    parser.add_argument("--zk-timeout-ms", type=int, default=ZK_TIMEOUT_MS,
+                        help=f"how long to wait for each ZooKeeper before exit 3, in ms (default {ZK_TIMEOUT_MS})")
+    parser.add_argument("--broker-timeout-ms", type=int, default=BROKER_TIMEOUT_MS,
+                        help=f"connect and read timeout for each broker, in ms (default {BROKER_TIMEOUT_MS})")
     return parser
 
 
@@ -85,35 +107,44 @@ def _check(args) -> dict:
     return {"window_ms": window_ms, "grace_ms": grace_ms, "since_ms": since_ms}
 
 
+class AuditWindowError(ValueError):
+    """``--window`` is no multiple of some producer's ``audit.window.ms``."""
+
+
 def audit(zookeeper: str, topics: list, window_ms: int, *, sources=(), audit_topic: str = DEFAULT_AUDIT_TOPIC,
           grace_ms: int | None = None, since_ms: int | None = None, zk_timeout_ms: int = ZK_TIMEOUT_MS,
-          broker_timeout_ms: int = BROKER_TIMEOUT_MS, now_ms: int | None = None) -> dict:
+          broker_timeout_ms: int = BROKER_TIMEOUT_MS, now_ms: int | None = None,
+          allow_missing_topics: bool = False) -> dict:
     """The audit as a dict (what ``--json`` prints); ZooKeeperUnavailable if a cluster
-    does not answer."""
+    does not answer; AuditWindowError if ``window_ms`` is no multiple of a producer's
+    window; UnknownTopicError for a topic that is neither registered at ``zookeeper``
+    nor counted by any audit event (unless ``allow_missing_topics``: then a note)."""
     grace_ms = window_ms if grace_ms is None else grace_ms
     ledgers = {topic: AuditLedger(topic, window_ms) for topic in dict.fromkeys(topics)}
+    event_clusters = list(dict.fromkeys(sources)) or [zookeeper]
     notes = []
-    bad_events = 0
+    # The audited cluster first (unreachable: fail at once); then the events, which
+    # decide whether the window fits before a whole topic is read; then the topics.
     with ClusterReader(zookeeper, zk_timeout_ms=zk_timeout_ms, broker_timeout_ms=broker_timeout_ms) as reader:
+        counted, missing_audit_topic = _read_events(reader, event_clusters, audit_topic, ledgers, notes,
+                                                    zk_timeout_ms, broker_timeout_ms)
+        _refuse_unfit_window(ledgers, window_ms)
+        registered = reader.topics()
+        unknown = [topic for topic in ledgers if topic not in registered and topic not in counted]
+        if unknown and not allow_missing_topics:
+            where = (f"not registered at {zookeeper}, and no audit event at {', '.join(event_clusters)} "
+                     f"({audit_topic}) counts it")
+            if not registered:
+                where += f" (no topic is registered at {zookeeper} at all: is the chroot right?)"
+            raise UnknownTopicError(unknown, where, [*registered, *counted], "--allow-missing-topics reports it as empty")
+        for topic in unknown:
+            notes.append(f"{topic}: not registered at {zookeeper} and counted by no audit event: "
+                         f"nothing to compare (--allow-missing-topics)")
         for topic, ledger in ledgers.items():
-            for payloads in reader.read_topic(topic):
-                _count_received(ledger, payloads)
+            if topic not in unknown:
+                for payloads in reader.read_topic(topic):
+                    _count_received(ledger, payloads)
         notes += reader.notes
-    for event_cluster in (list(sources) or [zookeeper]):
-        with ClusterReader(event_cluster, zk_timeout_ms=zk_timeout_ms,
-                           broker_timeout_ms=broker_timeout_ms) as reader:
-            for payloads in reader.read_topic(audit_topic):
-                for payload in payloads:
-                    try:
-                        event = decode_event(payload)
-                    except AuditEventError:
-                        bad_events += 1
-                        continue
-                    for ledger in ledgers.values():
-                        ledger.add_event(event)
-            notes += reader.notes
-    if bad_events:
-        notes.append(f"{bad_events} message(s) of {audit_topic} are not audit events (ignored)")
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     since = None if since_ms is None else now_ms - since_ms
     results = []
@@ -127,16 +158,81 @@ def audit(zookeeper: str, topics: list, window_ms: int, *, sources=(), audit_top
             "malformed": ledger.malformed, "events": ledger.events, "duplicate_events": ledger.duplicate_events,
             "misaligned_events": len(ledger.misaligned_events), "problems": problems,
         })
-        if not ledger.events and (ledger.unstamped or any(w.received for w in windows)):
-            notes.append(f"{topic}: no audit event counts this topic at {', '.join(list(sources) or [zookeeper])} "
-                         f"({audit_topic}): are its producers audited (audit.envelope=true), and are "
-                         f"--audit-topic and --source-zookeeper right?")
-        for event in ledger.misaligned_events[:5]:
-            notes.append(f"{topic}: producer {event.host}/{event.client} counts in windows of {event.window_ms} ms, "
-                         f"which do not fit windows of {window_ms} ms: use a multiple of it")
-    return {"zookeeper": zookeeper, "audit_sources": list(sources) or [zookeeper], "audit_topic": audit_topic,
+        if topic not in counted and (ledger.unstamped or any(w.received for w in windows)):
+            note = (f"{topic}: no audit event counts this topic at {', '.join(event_clusters)} ({audit_topic}): "
+                    f"are its producers audited (audit.envelope=true), and are --audit-topic and "
+                    f"--source-zookeeper right?")
+            if missing_audit_topic:
+                absent_at, known = missing_audit_topic
+                guess = close_matches(audit_topic, known)
+                note += (f" The audit topic {audit_topic!r} is not registered at {', '.join(absent_at)}"
+                         + (f" (did you mean {' or '.join(map(repr, guess))}?)" if guess else "") + ".")
+            notes.append(note)
+        for event in ledger.misaligned_events[:5]:  # windows that fit, but a start off their own grid
+            notes.append(f"{topic}: producer {event.host}/{event.client} published event {event.event} for a "
+                         f"window starting at {event.window_start_ms}, not a start of its windows of "
+                         f"{event.window_ms} ms: its count ({event.counts[topic]}) was left out (a damaged event?)")
+    return {"zookeeper": zookeeper, "audit_sources": event_clusters, "audit_topic": audit_topic,
             "now_ms": now_ms, "grace_ms": grace_ms, "topics": results, "notes": notes,
             "problems": sum(r["problems"] for r in results)}
+
+
+def _read_events(reader: ClusterReader, clusters: list, audit_topic: str, ledgers: dict, notes: list,
+                 zk_timeout_ms: int, broker_timeout_ms: int) -> tuple:
+    """Feed the audit events at ``clusters`` to the ledgers (``reader`` reads the audited
+    cluster, also one of them when no source is named). Returns the topics the events
+    count, and, if the audit topic is not registered at some of the clusters, (those
+    clusters, the topics registered there)."""
+    counted = set()
+    bad_events = 0
+    absent_at, known = [], set()
+    for cluster in clusters:
+        with contextlib.ExitStack() as stack:
+            events = reader if cluster == reader.zk_connect else stack.enter_context(
+                ClusterReader(cluster, zk_timeout_ms=zk_timeout_ms, broker_timeout_ms=broker_timeout_ms))
+            registered = events.topics()
+            if audit_topic not in registered:
+                absent_at.append(cluster)
+                known.update(registered)
+            for payloads in events.read_topic(audit_topic):
+                for payload in payloads:
+                    try:
+                        event = decode_event(payload)
+                    except AuditEventError:
+                        bad_events += 1
+                        continue
+                    counted.update(event.counts)
+                    for ledger in ledgers.values():
+                        ledger.add_event(event)
+            if events is not reader:  # the audited cluster's notes are added with those of its topics
+                notes += events.notes
+    if bad_events:
+        notes.append(f"{bad_events} message(s) of {audit_topic} are not audit events (ignored)")
+    return counted, ((absent_at, known) if absent_at else None)
+
+
+def _refuse_unfit_window(ledgers: dict, window_ms: int) -> None:
+    """AuditWindowError naming the producers' windows when ``window_ms`` is no multiple
+    of them: their counts cannot be split over our windows, so every message of theirs
+    would read as extra."""
+    unfit = {}  # producer window -> {"host/client"}
+    for ledger in ledgers.values():
+        for (host, client), their_ms in ledger.unfit_producers().items():
+            unfit.setdefault(their_ms, set()).add(f"{host}/{client}")
+    if not unfit:
+        return
+    described = "; ".join(f"{their_ms} ms ({format_duration_ms(their_ms)}) for {_some(producers)}"
+                          for their_ms, producers in sorted(unfit.items()))
+    fitting = smallest_fitting_window(window_ms, unfit)
+    raise AuditWindowError(f"--window {format_duration_ms(window_ms)} ({window_ms} ms) must be a multiple of the "
+                           f"producers' audit.window.ms, which is {described}: try --window "
+                           f"{format_duration_ms(fitting)}")
+
+
+def _some(producers: set, shown: int = 3) -> str:
+    names = sorted(producers)
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _count_received(ledger: AuditLedger, payloads: list) -> None:
@@ -204,7 +300,11 @@ def main(argv=None) -> int:
     try:
         result = audit(args.zookeeper, args.topic, durations["window_ms"], sources=args.source_zookeeper,
                        audit_topic=args.audit_topic, grace_ms=durations["grace_ms"], since_ms=durations["since_ms"],
-                       zk_timeout_ms=args.zk_timeout_ms, broker_timeout_ms=args.broker_timeout_ms)
+                       zk_timeout_ms=args.zk_timeout_ms, broker_timeout_ms=args.broker_timeout_ms,
+                       allow_missing_topics=args.allow_missing_topics)
+    except (UnknownTopicError, AuditWindowError) as exc:
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except ZooKeeperUnavailable as exc:
         print(f"{PROG}: ZooKeeper unreachable: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE

@@ -6,6 +6,7 @@ end it had when the read of that partition started.
         for payloads in reader.read_topic("page-views"):   # a decoded fetch answer at a time
             ...
         reader.notes   # partitions that could not be read, and why
+        reader.topics()   # every topic some broker registered (a topic not among them reads as empty)
 
 Fetches are pipelined and decoded in bulk (``SimpleConsumer.message_sets``). A broker
 that cannot be reached, or a partition that fails, is skipped with a note rather than
@@ -15,7 +16,7 @@ ending the read: a tool reporting on the topic says what it could not see.
 from clients.consumer import SimpleConsumer
 from clients.errors import BrokerError, BrokerUnavailableError
 from clients.group_report import connect
-from clients.zk_registry import read_brokers, read_topic_partitions
+from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.errors import MPBrokerError
 from mpbroker.registry.zk_client import close_client
 
@@ -30,6 +31,10 @@ class ClusterReader:
         self.broker_timeout_ms = broker_timeout_ms
         self.notes = []
         self._client = connect(zk_connect, zk_timeout_ms)  # ZooKeeperUnavailable after the timeout
+
+    def topics(self) -> list:
+        """Every topic some broker registered, sorted."""
+        return read_topics(self._client)
 
     def read_topic(self, topic: str):
         """Yield the payload lists of ``topic``'s fetch answers, partition by partition."""

@@ -2,14 +2,22 @@
 
     mpbroker-console-producer (--broker-list HOST:PORT[,..] | --zookeeper ZK) --topic T
         [--compression gzip|snappy] [--key-separator SEP] [--sync|--async] [--acks append|flush]
-        [--audit [--audit-window-ms N] [--audit-topic T]]
+        [--audit [--audit-window-ms N] [--audit-topic T]] [--spread-topic]
 
-``--broker-list`` names the brokers; ``--zookeeper HOST:PORT[,..][/chroot]`` finds them
-in ZooKeeper instead (``zk.connect``: the live brokers and the topic's partitions,
-followed while the tool runs).
+``--broker-list`` (alias ``--bootstrap-server``) names the brokers; ``--zookeeper
+HOST:PORT[,..][/chroot]`` finds them in ZooKeeper instead (``zk.connect``: the live
+brokers and the topic's partitions, followed while the tool runs).
 
 ``--audit`` stamps each line with an audit envelope (creation time, host, producer)
 and publishes the counts per window to the audit topic (``clients.producer_audit``).
+
+``--acks none`` (the default) is 0.7's fire-and-forget: the broker answers nothing,
+so a line it drops (too large, its worker restarting, the broker stopping or crashing
+with the batch unread) is lost without an error and the exit code is still 0.
+``--acks append`` waits for each batch to be appended (and retries), ``--acks flush``
+for it to be on disk. Consumers see messages only once the broker flushed them
+(``log.flush.interval`` messages or ``log.default.flush.interval.ms``, 3 s by default);
+``--acks flush`` makes them fetchable when the tool exits.
 
 With ``--key-separator`` the text before the first separator is the message's key (it
 picks the partition and is not part of the message); a line without the separator
@@ -34,11 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpbroker-console-producer",
                                      description="send each line of standard input as a message")
     brokers = parser.add_mutually_exclusive_group(required=True)
-    brokers.add_argument("--broker-list", help="HOST:PORT[,HOST:PORT...] or ID:HOST:PORT[,...]")
+    brokers.add_argument("--broker-list", "--bootstrap-server", dest="broker_list", metavar="BROKERS",
+                         help="send to these brokers: HOST:PORT[,HOST:PORT...] or ID:HOST:PORT[,...] "
+                              "(--bootstrap-server is the same)")
     brokers.add_argument("--zookeeper", metavar="ZK",
                          help="find the brokers in ZooKeeper: HOST:PORT[,HOST:PORT...][/chroot] (zk.connect)")
-    parser.add_argument("--topic", required=True)
-    parser.add_argument("--compression", choices=("none", "gzip", "snappy"), default="none")
+    parser.add_argument("--topic", required=True, help="the topic to send to")
+    parser.add_argument("--compression", choices=("none", "gzip", "snappy"), default="none",
+                        help="compress each batch (compression.codec; default none)")
     parser.add_argument("--key-separator", help="text before it is the key, e.g. a TAB: $'\\t'")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--sync", dest="producer_type", action="store_const", const="sync",
@@ -46,13 +57,21 @@ def _parser() -> argparse.ArgumentParser:
     mode.add_argument("--async", dest="producer_type", action="store_const", const="async",
                       help="batch lines in the background (the default)")
     parser.add_argument("--acks", choices=("none", "append", "flush"), default="none",
-                        help="none: 0.7 fire-and-forget; append/flush: wait for the broker's acknowledgement")
+                        help="none (the default, 0.7's fire-and-forget): the broker answers nothing, so a line "
+                             "it drops -- too large, its partition's worker restarting, the broker stopping or "
+                             "crashing with the batch unread -- is lost without an error and the exit code is 0; "
+                             "append: wait until the broker appended each batch to its log (retried on failure; "
+                             "lost only by a power cut before the broker's next flush); flush: wait until it is on "
+                             "disk (and fetchable at once)")
     parser.add_argument("--batch-size", type=int, default=200, help="async: messages per batch")
     parser.add_argument("--queue-time-ms", type=int, default=1000, help="async: longest wait for a batch")
     parser.add_argument("--audit", action="store_true",
                         help="stamp each message with an audit envelope and publish audit events (audit.envelope)")
     parser.add_argument("--audit-window-ms", type=int, default=60000, help="--audit: audit.window.ms (60000)")
     parser.add_argument("--audit-topic", default="_audit", help="--audit: audit.topic (_audit)")
+    parser.add_argument("--spread-topic", action="store_true",
+                        help="--zookeeper: create the topic on every live broker before the first line, so that "
+                             "it spreads over all their partitions (spread.topics)")
     parser.set_defaults(producer_type="async")
     return parser
 
@@ -75,6 +94,7 @@ def main(argv=None, stdin=None) -> int:
             "compression.codec": args.compression, "batch.size": args.batch_size,
             "queue.time": args.queue_time_ms, "queue.enqueueTimeout.ms": -1,
             "audit.envelope": args.audit, "audit.window.ms": args.audit_window_ms, "audit.topic": args.audit_topic,
+            "spread.topics": args.spread_topic,
         })
     except (ValueError, InvalidTopicError) as exc:
         print(f"mpbroker-console-producer: {exc}", file=sys.stderr)

@@ -42,6 +42,28 @@ class ProducerClosedError(ClientError):
     """``send`` after ``close``."""
 
 
+class NotAMessageBoundaryError(ClientError):
+    """A fetch started at an offset inside a message (offsets are byte positions: only
+    the offsets a consumer was handed, or the log's start and end, begin a message).
+    ``offset`` is the offset asked for, ``nearest`` the start of the last message that
+    begins before it (found by walking the segment from its base)."""
+
+    def __init__(self, topic: str, partition: int, offset: int, nearest: int):
+        super().__init__(f"{offset} is not the start of a message in {topic}-{partition}; "
+                         f"the nearest earlier message starts at {nearest}")
+        self.topic, self.partition, self.offset, self.nearest = topic, partition, offset, nearest
+
+
+class CorruptMessageError(InvalidMessageError, ClientError):
+    """A fetched message fails its checks (CRC, length, magic, codec) at a message
+    boundary: damage in the log, not a wrong offset. ``offset`` is where it starts; the
+    valid messages before it were handed out first."""
+
+    def __init__(self, message: str, topic: str, partition: int, offset: int):
+        super().__init__(message)
+        self.topic, self.partition, self.offset = topic, partition, offset
+
+
 RETRIABLE_CODES = frozenset({ErrorCode.PARTITION_UNAVAILABLE})
 
 _EXCEPTION_FOR_CODE = {

@@ -3,8 +3,12 @@ for every partition the connector owns on that broker, each answer queued as a c
 on the stream the partition is assigned to.
 
 A fetch that brings nothing waits ``backoff.increment.ms``; an answer holding only
-part of one message doubles that partition's fetch size (up to ``max.fetch.size``) so
-a large message is never skipped; OffsetOutOfRange restarts the partition from the
+part of one message grows that partition's fetch size to hold it (up to
+``max.fetch.size``) so a large message is never skipped. A message that cannot be read
+-- damaged, or larger than ``max.fetch.size`` -- is logged once (after the valid
+messages before it were queued) and its partition is not fetched again until the next
+rebalance: nothing after it is skipped over, and the other partitions go on.
+OffsetOutOfRange restarts the partition from the
 smallest or largest offset (``autooffset.reset``) with a warning; a broker that cannot
 be reached is retried with a growing back-off. A full stream queue blocks the fetcher
 (back-pressure), but never past ``stop()``.
@@ -16,7 +20,7 @@ import threading
 
 from clients.consumer import SimpleConsumer
 from clients.errors import BrokerUnavailableError, ClientError
-from mpbroker.errors import ErrorCode, MPBrokerError
+from mpbroker.errors import ErrorCode, MessageSizeTooLargeError, MPBrokerError
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +63,7 @@ class BrokerFetcher(threading.Thread):
             self._consumer.close()
 
     def _round(self) -> int:
-        infos = [info for info in self.infos if not info.released]
+        infos = [info for info in self.infos if not info.released and not info.stuck]
         for info in infos:
             if info.fetch_offset < 0:  # no committed offset: autooffset.reset
                 self._reset(info, "has no committed offset")
@@ -74,8 +78,8 @@ class BrokerFetcher(threading.Thread):
                 self._on_error(info, message_set.error)
                 continue
             if not message_set.payloads:
-                if message_set.truncated and message_set.size >= info.fetch_size:
-                    self._grow(info)
+                if message_set.size:  # a message larger than the fetch size, or one that cannot be read
+                    self._grow(info, message_set)
                 continue
             info.fetch_size = self.settings.fetch_size
             info.last_error = None
@@ -83,6 +87,8 @@ class BrokerFetcher(threading.Thread):
                 break
             info.fetch_offset = message_set.next_offset
             queued += 1
+            if message_set.corrupt is not None:  # the messages before it are queued
+                self._give_up(info, message_set.corrupt)
         return queued
 
     def _put(self, info, message_set) -> bool:
@@ -95,12 +101,21 @@ class BrokerFetcher(threading.Thread):
                     return False
         return False
 
-    def _grow(self, info) -> None:
-        if info.fetch_size >= self.settings.max_fetch_size:
-            log.error("%s-%s at offset %d: a message is larger than max.fetch.size %d; not consuming it",
-                      info.topic, info.partition.node(), info.fetch_offset, self.settings.max_fetch_size)
-            return
-        info.fetch_size = min(self.settings.max_fetch_size, info.fetch_size * 2)
+    def _grow(self, info, message_set) -> None:
+        try:
+            info.fetch_size = self._consumer.grow_fetch_size(message_set, info.fetch_size)
+        except BrokerUnavailableError:
+            raise
+        except (ClientError, MPBrokerError) as exc:  # damaged, too large, not a message start
+            self._give_up(info, exc)
+
+    def _give_up(self, info, exc) -> None:
+        """The message at ``info.fetch_offset`` cannot be read: say so, stop fetching
+        the partition (its offset stays there: nothing is skipped)."""
+        info.stuck = True
+        remedy = " (a larger max.fetch.size reads it)" if isinstance(exc, MessageSizeTooLargeError) else ""
+        log.error("%s-%s: %s; not consuming this partition any further%s", info.topic, info.partition.node(), exc,
+                  remedy)
 
     def _reset(self, info, why: str) -> None:
         """Start ``info`` at the smallest or largest offset (``autooffset.reset``); the

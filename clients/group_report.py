@@ -4,10 +4,12 @@ offset, the broker's log end and the lag between them.
 
     report = describe_group("zk:2181/chroot", "loaders")
     report["members"]   # [{"consumer_id", "subscription", "streams", "owned"}, ...]
-    report["topics"]    # [{"topic", "lag", "lag_complete", "partitions": [{"broker_id",
-                        #    "partition", "node", "owner", "committed_offset",
-                        #    "log_end_offset", "lag", "registered"}, ...]}, ...]
-    report["lag"], report["lag_complete"], report["notes"]
+    report["topics"]    # [{"topic", "lag", "lag_complete", "lag_messages_estimate",
+                        #   "partitions": [{"broker_id", "partition", "node", "owner",
+                        #    "committed_offset", "log_end_offset", "lag",
+                        #    "lag_messages_estimate", "lag_messages_exact",
+                        #    "registered"}, ...]}, ...]
+    report["lag"], report["lag_complete"], report["lag_messages_estimate"], report["notes"]
     list_groups("zk:2181/chroot")  # ["loaders", ...]
 
 The reads follow PROTOCOL.md's layout (``mpbroker.registry.layout``) and change
@@ -18,14 +20,19 @@ is OFFSETS latest (the flushed end) from the broker holding the partition; a bro
 that is not registered or cannot be reached gives None, as does a partition without
 a committed offset for the lag. Offsets are byte positions, so the lag is in bytes.
 A topic's and the group's ``lag`` add up the lags that are known; ``lag_complete``
-says whether every partition's is. Why a value is missing is said in ``notes``.
+says whether every partition's is. ``lag_messages_estimate`` is the lag in messages,
+from one fetch at the committed offset (``clients.lag_estimate``): counted when that
+fetch reached the log end (``lag_messages_exact``), else scaled from its bytes per
+message; the topic's and the group's add up the partitions' that are known. Why a
+value is missing is said in ``notes``.
 """
 
 
 from kazoo.exceptions import NoNodeError
 
 from clients.consumer import SimpleConsumer
-from clients.errors import BrokerError, BrokerUnavailableError
+from clients.errors import BrokerError, BrokerUnavailableError, ClientError
+from clients.lag_estimate import lag_messages
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.errors import InvalidTopicError, MPBrokerError
 from mpbroker.registry import layout
@@ -168,6 +175,7 @@ def read_group(client, group: str, *, broker_timeout_ms: int = BROKER_TIMEOUT_MS
                 "broker_id": partition.broker_id, "partition": partition.partition, "node": partition.node(),
                 "owner": owner.decode(errors="replace") if owner is not None else None,
                 "committed_offset": committed, "log_end_offset": None, "lag": None,
+                "lag_messages_estimate": None, "lag_messages_exact": False,
                 "registered": partition in registered,
             }
 
@@ -197,14 +205,17 @@ def read_group(client, group: str, *, broker_timeout_ms: int = BROKER_TIMEOUT_MS
         if not partitions and topic not in subscribed_topics(subscriptions):
             continue
         lags = [row["lag"] for row in partitions if row["lag"] is not None]
+        estimates = [row["lag_messages_estimate"] for row in partitions if row["lag_messages_estimate"] is not None]
         report_topics.append({"topic": topic, "partitions": partitions, "lag": sum(lags),
-                              "lag_complete": len(lags) == len(partitions)})
+                              "lag_complete": len(lags) == len(partitions),
+                              "lag_messages_estimate": sum(estimates)})
     return {
         "group": group,
         "members": members,
         "topics": report_topics,
         "lag": sum(t["lag"] for t in report_topics),
         "lag_complete": all(t["lag_complete"] for t in report_topics),
+        "lag_messages_estimate": sum(t["lag_messages_estimate"] for t in report_topics),
         "notes": notes,
     }
 
@@ -229,8 +240,9 @@ def _partition_values(client, path: str, topic: str, notes: list) -> dict:
 
 
 def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list) -> None:
-    """Each row's ``log_end_offset`` from its broker (one connection per broker; a broker
-    that cannot be reached is given up after its first failure)."""
+    """Each row's ``log_end_offset`` from its broker, and with a committed offset its
+    lag in messages (one connection per broker; a broker that cannot be reached is
+    given up after its first failure)."""
     by_broker = {}
     for (topic, partition), row in rows.items():
         by_broker.setdefault(partition.broker_id, []).append((topic, partition, row))
@@ -245,6 +257,7 @@ def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list) -> N
             for topic, partition, row in sorted(entries, key=lambda e: (e[0], e[1])):
                 try:
                     row["log_end_offset"] = consumer.latest_offset(topic, partition.partition)
+                    _fill_lag_messages(consumer, topic, partition, row, notes)
                 except (BrokerUnavailableError, OSError) as exc:  # no answer: give the broker up
                     notes.append(f"broker {broker_id} ({broker.host}:{broker.port}) could not be reached: {exc}")
                     break
@@ -252,3 +265,24 @@ def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list) -> N
                     notes.append(f"{topic} {partition.node()}: broker {broker_id} answered {exc}")
         finally:
             consumer.close()
+
+
+def _fill_lag_messages(consumer, topic: str, partition, row: dict, notes: list) -> None:
+    committed, log_end = row["committed_offset"], row["log_end_offset"]
+    if committed is None:
+        return
+    if committed > log_end:
+        notes.append(f"{topic} {partition.node()}: the committed offset {committed} is past the log end {log_end}")
+        return
+    try:
+        estimate = lag_messages(consumer, topic, partition.partition, committed, log_end)
+    except BrokerUnavailableError:
+        raise
+    except (ClientError, MPBrokerError) as exc:  # outside the log, not a message start, damaged
+        notes.append(f"{topic} {partition.node()}: no message count for the lag: reading at the committed "
+                     f"offset {committed} gave {exc}")
+        return
+    if estimate.messages is None:
+        notes.append(f"{topic} {partition.node()}: no message count for the lag: no whole message in the "
+                     f"first bytes at {committed}")
+    row["lag_messages_estimate"], row["lag_messages_exact"] = estimate.messages, estimate.exact

@@ -37,11 +37,12 @@ class ConsumedMessage(NamedTuple):
     next_offset: int  # the offset after this message: where a restart resumes
     payload: bytes
     envelope: object = None  # audit.envelope: the stripped clients.envelope.Envelope (None: there was none)
+    offset: int = -1  # where this message starts (a compressed wrapper's messages: the wrapper's start)
 
 
 class PartitionTopicInfo:
     __slots__ = ("topic", "partition", "queue", "fetch_offset", "returned_offset", "done_offset",
-                 "committed_offset", "fetch_size", "released", "last_error")
+                 "committed_offset", "fetch_size", "released", "last_error", "stuck")
 
     def __init__(self, topic: str, partition, chunk_queue, offset: int, fetch_size: int):
         self.topic = topic
@@ -54,6 +55,7 @@ class PartitionTopicInfo:
         self.fetch_size = fetch_size
         self.released = False
         self.last_error = None  # the fetcher logs each kind of error once
+        self.stuck = False  # the message at fetch_offset cannot be read (damaged, too large): not fetched again
 
     def __repr__(self) -> str:
         return (f"PartitionTopicInfo({self.topic}:{self.partition.node()} fetch {self.fetch_offset} "
@@ -74,6 +76,7 @@ class MessageStream:
         self._info = None
         self._payloads = ()
         self._offsets = ()
+        self._first_offset = 0  # where the chunk's first message starts
         self._position = 0
         self._finished = None  # (info, next offset) of the message handed out last
         self._ended = False
@@ -98,7 +101,8 @@ class MessageStream:
                     if self._auto_finish:
                         self._finished = (info, next_offset)
                     return ConsumedMessage(info.topic, info.partition.broker_id, info.partition.partition,
-                                           next_offset, self._payloads[position])
+                                           next_offset, self._payloads[position], None,
+                                           self._offsets[position - 1] if position else self._first_offset)
                 if self._ended:
                     raise StopIteration
                 try:
@@ -111,6 +115,7 @@ class MessageStream:
                     continue
                 self._info, message_set = item
                 self._payloads, self._offsets, self._position = message_set.payloads, message_set.next_offsets, 0
+                self._first_offset = message_set.offset
 
     def clear(self) -> None:
         """Drop every queued chunk (a rebalance: their partitions may move)."""

@@ -28,11 +28,25 @@ is found by resending the batch message by message (so the rest of that batch ma
 reach the target twice), logged, counted in ``mpbroker_mirror_dropped_messages_total``
 and skipped: one bad message must not stop the pipeline, and the audit shows the loss.
 
-A topic the target has not registered yet goes, in 0.7, to partition 0 of each target
-broker until a broker registers it. So that placement holds from the first message,
-the mirror sends one message of such a topic alone first (one from source position 0
-if the batch has one: it belongs on the target's first partition anyway), waits up to
-``bootstrap_wait_s`` for the target to register the topic, then sends the rest.
+Placement needs the topic on every live target broker. In 0.7 a topic the target
+has not registered goes to partition 0 of each target broker, and only the brokers
+that got a message of it register it: had the first message created it on one
+broker, the producer's list would narrow to that broker's partitions and every
+message would land there. So before the first batch of a topic, the mirror has the
+target producer spread it (``clients.topic_spread``: an empty acknowledged produce
+creates the topic on each live target broker that lacks it, then the mirror waits,
+up to ``bootstrap_wait_s``, until every live target broker registered it). The
+topic's target list is then every partition of every live target broker, from the
+first message on. A target that cannot be reached meanwhile is retried like a
+delivery; a broker that does not register the topic in time is logged, and the
+topic is mirrored onto the brokers that did.
+
+The positions count the source brokers that registered the topic. A topic created on
+a source while the mirror runs is registered by its brokers about a second apart,
+and the group starts on the first one's partitions at once; so the first time a
+source's topic is met, the mirror waits (up to ``source_wait_s``) until every live
+source broker registered it. A source broker that never got the topic (0.7's
+bootstrap) costs that wait once per run and is not counted.
 """
 
 import logging
@@ -48,6 +62,7 @@ from clients.mirror_metrics import MirrorMetrics, MirrorReporter
 from clients.mirror_placement import SourcePositions, position_partitioner
 from clients.producer import Producer
 from clients.topic_filter import TopicFilter
+from clients.topic_spread import TopicSpreadTimeout
 from clients.zk_brokers import ZkBrokerPartitions
 from clients.zk_consumer import ConsumerConnector
 from mpbroker.errors import InvalidMessageError, InvalidTopicError, MessageSizeTooLargeError, MPBrokerError
@@ -60,7 +75,6 @@ REFUSED = (MessageSizeTooLargeError, InvalidMessageError, InvalidTopicError)  # 
 RETRIABLE = (ClientError, MPBrokerError, OSError)
 MAX_BACKOFF_S = 5.0
 WARN_EVERY_S = 10.0
-REGISTRATION_POLL_S = 0.05
 
 
 class _Abandoned(Exception):
@@ -80,7 +94,8 @@ class MirrorConfig:
     linger_ms: int = 100  # the longest a message waits for its batch to fill
     report_interval_s: float = 10.0  # log line and lag read
     stop_timeout_s: float = 30.0  # stop(): the longest to wait for batches in flight
-    bootstrap_wait_s: float = 10.0  # the longest to wait for the target to register a new topic
+    bootstrap_wait_s: float = 10.0  # the longest to wait for every live target broker to register a new topic
+    source_wait_s: float = 3.0  # the longest to wait for every live source broker to register a topic first met
     consumer_properties: dict = field(default_factory=dict)  # more ConsumerConnector settings
     producer_properties: dict = field(default_factory=dict)  # more Producer settings
 
@@ -109,6 +124,7 @@ class _Source:
         self.connector = None
         self.partitions = None  # ZkBrokerPartitions
         self.positions = None  # SourcePositions
+        self.settled = set()  # topics whose positions can be taken (see Mirror._settle)
         self.lag_readers = {}  # broker id -> SimpleConsumer (the reporter thread's)
 
     def close(self) -> None:
@@ -133,8 +149,8 @@ class Mirror:
         self._reporter = None
         self._stopping = threading.Event()
         self._abandon = threading.Event()
-        self._registered_topics = set()  # topics the target has registered (placement holds)
-        self._bootstrap_lock = threading.Lock()
+        self._spread_topics = set()  # topics spread over the live target brokers (placement holds)
+        self._spread_lock = threading.Lock()
         self._last_warning = 0.0
 
     # --- life cycle -------------------------------------------------------------------
@@ -246,13 +262,14 @@ class Mirror:
     def _deliver(self, source: _Source, batch: list) -> None:
         """Deliver ``batch`` to the target (retrying until it is acknowledged), then mark
         it finished on the source."""
+        if not source.settled.issuperset(m.topic for m in batch):
+            self._settle(source, {m.topic for m in batch})
         position = source.positions.lookup()
         items = [(m.topic, position(m.topic, m.broker_id, m.partition), m.payload) for m in batch]
-        dropped = []
-        rest = items
-        if not self._registered_topics.issuperset(map(itemgetter(0), items)):
-            rest = self._bootstrap(source, items, dropped)
-        dropped += self._send(source, rest)
+        if not self._spread_topics.issuperset(map(itemgetter(0), items)):
+            for topic in dict.fromkeys(map(itemgetter(0), items)):
+                self._spread(topic)
+        dropped = self._send(source, items)
         source.connector.mark_finished(batch)
         if dropped:
             lost = {id(item) for item in dropped}
@@ -280,48 +297,66 @@ class Mirror:
                 return dropped
             except RETRIABLE as exc:
                 self.metrics.error("delivery")
-                now = time.monotonic()
-                if now - self._last_warning >= WARN_EVERY_S:
-                    self._last_warning = now
-                    log.warning("delivering %d message(s) to the target failed (%s); retrying", len(items), exc)
+                self._warn(f"delivering {len(items)} message(s) to the target failed ({exc}); retrying")
                 if self._abandon.wait(backoff):
                     raise _Abandoned() from exc
                 backoff = min(MAX_BACKOFF_S, backoff * 2)
 
-    def _bootstrap(self, source: _Source, items: list, dropped: list) -> list:
-        """For each topic of ``items`` the target has not registered: send one message
-        alone, wait for the registration; returns the items still to send."""
-        for topic in dict.fromkeys(item[0] for item in items):
-            if topic in self._registered_topics:
-                continue
-            with self._bootstrap_lock:
-                if topic in self._registered_topics:
-                    continue
+    def _settle(self, source: _Source, topics: set) -> None:
+        """The first time a topic is met on a source: wait (up to ``source_wait_s`` for all
+        of them) until every live source broker has registered it. A topic new on the
+        source is registered by its brokers within about a second of each other, and the
+        group takes the first broker's partitions at once: positions taken before the
+        others registered would count that broker's partitions only."""
+        discovery = source.partitions
+        deadline = time.monotonic() + self.config.source_wait_s
+        for topic in [topic for topic in topics if topic not in source.settled]:
+            while True:
                 try:
-                    bootstrapping = self._producer.is_bootstrapping(topic)
+                    registered = discovery.registered_brokers(topic)
                 except RETRIABLE:
-                    continue  # no target broker now: the delivery below retries
-                if bootstrapping:
-                    of_topic = [item for item in items if item[0] == topic]
-                    first = next((item for item in of_topic if item[1] == 0), of_topic[0])
-                    dropped += self._send(source, [first])
-                    items = [item for item in items if item is not first]
-                    self._wait_registered(topic)
-                self._registered_topics.add(topic)
-        return items
+                    break  # no source broker now: the positions are what can be known
+                missing = set(discovery.brokers) - registered
+                remaining = deadline - time.monotonic()
+                if not missing or remaining <= 0 or self._abandon.is_set():
+                    if missing:
+                        log.info("topic %s of %s is not on source broker(s) %s: its positions count brokers %s",
+                                 topic, source.zk_connect, ", ".join(map(str, sorted(missing))),
+                                 ", ".join(map(str, sorted(registered))))
+                    break
+                discovery.wait_for_change(min(remaining, 0.5))
+            source.settled.add(topic)
 
-    def _wait_registered(self, topic: str) -> None:
-        deadline = time.monotonic() + self.config.bootstrap_wait_s
-        while time.monotonic() < deadline and not self._abandon.is_set():
-            try:
-                if not self._producer.is_bootstrapping(topic):
-                    log.info("the target registered topic %s", topic)
-                    return
-            except RETRIABLE:
-                pass
-            time.sleep(REGISTRATION_POLL_S)
-        log.warning("the target did not register topic %s within %.0fs; its placement may differ until it does",
-                    topic, self.config.bootstrap_wait_s)
+    def _spread(self, topic: str) -> None:
+        """Before the first batch of ``topic``: have it on every live target broker, each
+        having registered it (retried while the target cannot be reached)."""
+        if topic in self._spread_topics:
+            return
+        with self._spread_lock:
+            backoff = 0.1
+            while topic not in self._spread_topics:
+                try:
+                    pairs = self._producer.spread_topic(topic, self.config.bootstrap_wait_s)
+                    log.info("topic %s is on every live target broker: %d partitions", topic, len(pairs))
+                except TopicSpreadTimeout as exc:
+                    log.warning("the target did not spread topic %s (%s); mirroring it onto the brokers that have it",
+                                topic, exc)
+                except REFUSED:
+                    pass  # (an invalid name): the delivery finds it and drops its messages
+                except RETRIABLE as exc:
+                    self.metrics.error("delivery")
+                    self._warn(f"creating topic {topic} on the target failed ({exc}); retrying")
+                    if self._abandon.wait(backoff):
+                        raise _Abandoned() from exc
+                    backoff = min(MAX_BACKOFF_S, backoff * 2)
+                    continue
+                self._spread_topics.add(topic)
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= WARN_EVERY_S:
+            self._last_warning = now
+            log.warning("%s", message)
 
     # --- lag (the reporter thread) ----------------------------------------------------------
 

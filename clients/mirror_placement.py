@@ -20,6 +20,13 @@ the list. The list is the source's registration now: a broker that joins the
 source moves the positions after it (as it moves the keys' partitions on the
 source itself).
 
+Two things must hold for "the same (broker, partition)", and the mirror
+(``clients.mirror``) sees to both before a topic's first batch: the target has the
+topic on every live broker (else its list is only the brokers that got a first
+message: ``clients.topic_spread``), and the source list is complete (a topic
+created on the source is registered by its brokers a moment apart: the mirror
+waits for every live source broker's registration, up to ``source_wait_s``).
+
 The producer carries the position as the message's key and ``position_partitioner``
 reduces it modulo the target's partition count.
 """

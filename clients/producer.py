@@ -17,8 +17,11 @@ errors raise at once. In sync mode ``send`` delivers before it returns; in async
 The brokers and a topic's (broker, partition) pairs come from a static ``broker.list``
 (``brokers.StaticBrokerPartitions``: partitions found by probing) or, with
 ``zk.connect``, from ZooKeeper (``zk_brokers.ZkBrokerPartitions``: kept current by
-watches, so brokers that join are used and brokers that leave drop out). A broker's
-connection is made when it is first used.
+watches, so brokers that join are used and brokers that leave drop out; with no
+broker registered a send waits up to ``zk.connectiontimeout.ms`` for one). A broker's
+connection is made when it is first used. With ``zk.connect`` a new topic lands, as
+in 0.7, on the brokers its first batch reached; ``spread.topics=true`` (or
+``spread_topic``) first creates it on every live broker (``topic_spread``).
 
 With ``audit.envelope=true`` every message is stamped with its creation time, host and
 producer, and the delivered messages are counted per window and published to the
@@ -39,6 +42,7 @@ from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClos
 from clients.partitioner import default_partitioner, load_partitioner
 from clients.producer_audit import ProducerAuditor
 from clients.settings import ProducerSettings
+from clients.topic_spread import DEFAULT_WAIT_S, TopicSpreadTimeout, spread_topic
 from clients.zk_brokers import ZkBrokerPartitions
 from mpbroker.errors import ErrorCode, MessageSizeTooLargeError
 from mpbroker.protocol import requests as rq
@@ -120,6 +124,7 @@ class Producer:
         self.stats = ProducerStats()
         self._send_lock = threading.Lock()
         self._checked_topics = {}  # as given -> checked str
+        self._spread = set()  # spread.topics: topics spread over the live brokers (or tried for long enough)
         self._closed = False
         self._sender = AsyncSender(self) if settings.producer_type == "async" else None
         if settings.audit_envelope:
@@ -203,6 +208,17 @@ class Producer:
         """The (broker id, partition) pairs ``topic`` is spread over."""
         return self._metadata.partitions(topic)
 
+    def spread_topic(self, topic: str, timeout_s: float = DEFAULT_WAIT_S) -> list:
+        """Make ``topic`` exist on every live broker and wait (up to ``timeout_s``) until
+        each registered it, so that it is spread over all their partitions (``zk.connect``;
+        with a static broker list every broker's partitions are used anyway). Returns the
+        topic's (broker id, partition) pairs; raises BrokerUnavailableError without a live
+        broker, TopicSpreadTimeout if some broker did not register it in time."""
+        topic = check_topic(topic)
+        if not isinstance(self._metadata, ZkBrokerPartitions):
+            return self._metadata.partitions(topic)
+        return spread_topic(self._metadata, self._connection_for, topic, timeout_s)
+
     def is_bootstrapping(self, topic: str) -> bool:
         """True while no broker has registered ``topic`` in ZooKeeper (``zk.connect``):
         its messages then go to partition 0 of each live broker (0.7's bootstrap)."""
@@ -265,6 +281,8 @@ class Producer:
                 continue
             pairs = pairs_by_topic.get(topic)
             if pairs is None:
+                if self.settings.spread_topics and topic not in self._spread:
+                    self._spread_first(topic)
                 pairs = pairs_by_topic[topic] = self._metadata.partitions(topic)
                 if not pairs:
                     raise BrokerUnavailableError(f"no broker has a partition of topic {topic!r}")
@@ -305,6 +323,14 @@ class Producer:
             first_error.failed_messages = failed
             raise first_error
         return results
+
+    def _spread_first(self, topic: str) -> None:
+        """spread.topics: before this producer's first send of ``topic``."""
+        try:
+            self.spread_topic(topic)
+        except TopicSpreadTimeout as exc:  # send anyway: to the brokers that have it
+            log.warning("spreading topic %s: %s", topic, exc)
+        self._spread.add(topic)
 
     def _requests(self, topic: str, broker_id: int, partition: int, payloads: list) -> list:
         """The request(s) for one group: compressed as one wrapper message when the topic

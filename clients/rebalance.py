@@ -5,6 +5,8 @@ then partition) and the group's stream ids sorted; with ``n = partitions // stre
 and ``extra = partitions % streams``, stream ``i`` takes ``n + (1 if i < extra else 0)``
 partitions starting at ``n*i + min(i, extra)``. Every consumer computes the same
 answer from the same view, so the streams' shares are disjoint and cover the topic.
+A member whose registration cannot be read has no streams here: the partitions go to
+the streams that can be counted (``ConsumerConnector._read_group`` says why).
 """
 
 

@@ -83,6 +83,7 @@ class ProducerSettings:
     audit_envelope: bool = False  # audit.envelope: stamp messages (clients.envelope), publish audit events
     audit_topic: str = "_audit"  # audit.topic: where the audit events go
     audit_window_ms: int = 60000  # audit.window.ms: the window the events count messages in
+    spread_topics: bool = False  # spread.topics: zk.connect: put a topic on every live broker before its first send
 
     @classmethod
     def from_properties(cls, properties=None, **overrides) -> "ProducerSettings":
@@ -109,6 +110,7 @@ class ProducerSettings:
         if self.batch_size < 1 or self.queue_size < 1:
             raise ValueError("batch.size and queue.size must be at least 1")
         self.audit_envelope = parse_bool("audit.envelope", self.audit_envelope)
+        self.spread_topics = parse_bool("spread.topics", self.spread_topics)
         self.audit_window_ms = _int("audit.window.ms", self.audit_window_ms, 1)
         try:
             self.audit_topic = check_topic(self.audit_topic)

@@ -20,10 +20,17 @@ one path are serialized, so a later read is always applied after an earlier one.
 ``partitions(topic)``: the sorted pairs of the brokers registered under the topic
 that are also live; when no live broker has the topic yet, partition 0 of every
 live broker (0.7's bootstrap: the first produce creates the topic there, the brokers
-register it, and the watch then widens the list to every partition). While
-ZooKeeper is unreachable the last known lists are served (a topic first asked about
-then bootstraps on the last known brokers); with no broker known at all,
-``partitions`` raises BrokerUnavailableError.
+register it, and the watch then widens the list to every partition -- of the
+brokers that got a message of the first batch only; ``clients.topic_spread``
+creates a topic on every live broker first). While ZooKeeper is unreachable the
+last known lists are served (a topic first asked about then bootstraps on the last
+known brokers).
+
+With no live broker at all, ``partitions`` waits up to ``broker_wait_ms`` (the
+producer passes ``zk.connectiontimeout.ms``) for one to register, then raises
+BrokerUnavailableError naming the ZooKeeper path it watched and how long it waited:
+a broker answers on its port a moment before it is registered, so a producer
+started together with it would otherwise fail at its first send.
 """
 
 import logging
@@ -124,14 +131,17 @@ class _FollowedPath:
 class ZkBrokerPartitions:
     """The (broker, partition) pairs of topics, from ZooKeeper (see the module doc)."""
 
-    def __init__(self, zk_connect: str, session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000):
+    def __init__(self, zk_connect: str, session_timeout_ms: int = 6000, connection_timeout_ms: int = 6000,
+                 broker_wait_ms: int | None = None):
         self.zk_connect = zk_connect
         self._first_read_s = connection_timeout_ms / 1000
+        self.broker_wait_ms = connection_timeout_ms if broker_wait_ms is None else broker_wait_ms
         try:
             self._client = start_client(zk_connect, session_timeout_ms, connection_timeout_ms)
         except ZooKeeperUnavailable as exc:
             raise BrokerUnavailableError(f"cannot discover brokers: {exc}") from exc
         self._lock = threading.Lock()  # guards the state below
+        self._changed = threading.Condition(self._lock)  # notified when brokers or registrations change
         self._brokers = {}  # broker id -> Broker; replaced, never changed in place
         self._registered = {}  # topic -> sorted PartitionIds registered under /brokers/topics/<topic>
         self._topics = {}  # topic -> _FollowedPath
@@ -166,6 +176,8 @@ class ZkBrokerPartitions:
         if first and self._client.connected:
             followed.ready.wait(self._first_read_s)  # the first read of a new topic: milliseconds
         with self._lock:
+            if not self._brokers and not self._closed:  # none yet: one may be registering right now
+                self._changed.wait_for(lambda: self._brokers or self._closed, self.broker_wait_ms / 1000)
             brokers = self._brokers
             pairs = [BrokerPartition(*p) for p in self._registered.get(topic, ()) if p.broker_id in brokers]
             if not pairs:
@@ -175,18 +187,37 @@ class ZkBrokerPartitions:
         if not pairs:
             if self._closed:
                 raise BrokerUnavailableError("the producer's ZooKeeper discovery is closed")
+            waited = f"after waiting {self.broker_wait_ms} ms (zk.connectiontimeout.ms)"
             if not self._client.connected:
-                raise BrokerUnavailableError(f"ZooKeeper at {self.zk_connect} is unreachable and no broker is known")
-            raise BrokerUnavailableError(f"no broker is registered in ZooKeeper at {self.zk_connect}")
+                raise BrokerUnavailableError(f"ZooKeeper at {self.zk_connect} is unreachable and no broker is known, "
+                                             f"{waited}")
+            raise BrokerUnavailableError(f"no broker is registered under {self.ids_path} in ZooKeeper at "
+                                         f"{self.zk_connect}, {waited}")
         return pairs
+
+    @property
+    def ids_path(self) -> str:
+        """Where the brokers register, with the chroot (for messages)."""
+        return layout.split_zk_connect(self.zk_connect)[1] + layout.BROKER_IDS
 
     def is_registered(self, topic: str) -> bool:
         """True once a live broker has registered ``topic`` (``partitions`` then lists
         every partition instead of the bootstrap's partition 0 of each broker)."""
+        return bool(self.registered_brokers(topic))
+
+    def registered_brokers(self, topic: str) -> set:
+        """The ids of the live brokers that have registered ``topic``."""
         self.partitions(topic)  # follows the topic from now on
         with self._lock:
             brokers = self._brokers
-            return any(p.broker_id in brokers for p in self._registered.get(topic, ()))
+            return {p.broker_id for p in self._registered.get(topic, ()) if p.broker_id in brokers}
+
+    def wait_for_change(self, timeout_s: float) -> None:
+        """Block until the live brokers or some topic's registrations change (or
+        ``timeout_s`` passed, or discovery closed)."""
+        with self._lock:
+            if not self._closed:
+                self._changed.wait(timeout_s)
 
     def invalidate_all(self) -> None:
         """After a broker failed: nothing to forget, the watches keep the lists current
@@ -198,6 +229,7 @@ class ZkBrokerPartitions:
             if self._closed:
                 return
             self._closed = True
+            self._changed.notify_all()
             followed = [self._ids, *self._topics.values()]
         for path in followed:
             path.closed = True
@@ -217,6 +249,7 @@ class ZkBrokerPartitions:
                          or "none")
                 self._brokers = brokers
                 self._pairs.clear()
+                self._changed.notify_all()
 
     def _reload_topic(self, topic: str) -> None:
         registered = read_topic_partitions(self._client, topic)
@@ -224,6 +257,7 @@ class ZkBrokerPartitions:
             if registered != self._registered.get(topic):
                 self._registered[topic] = registered
                 self._pairs.clear()
+                self._changed.notify_all()
 
     def _on_state(self, state) -> None:
         """kazoo's connection thread (must not block): after a reconnection, read

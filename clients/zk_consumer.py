@@ -79,6 +79,7 @@ class ConsumerConnector:
         self._threads = []
         self.rebalances = 0  # rebalances that completed (changed or confirmed the share)
         self.rebalance_failures = 0  # times every retry conflicted
+        self._unreadable_members = {}  # consumer id -> the registration already warned about
 
     # --- streams ----------------------------------------------------------------
 
@@ -299,16 +300,38 @@ class ConsumerConnector:
         return True
 
     def _read_group(self) -> dict:
+        """``{consumer id: Subscription}`` of the group's members (this one included).
+
+        A member whose registration does not parse (``layout.parse_subscription``:
+        neither a 0.7 form nor mpbroker's earlier JSON one) is a member with no
+        subscription: it gets no stream, so the range assignment shares every
+        partition among the members that can be read, and none is left to a stream
+        that may never claim it. (Counting it would need a stream count and topics
+        nobody can know; 0.7 fails the rebalance on it, and after
+        ``rebalance.retries.max`` the whole group stops consuming.) If that member
+        consumes all the same -- a client writing a form unknown here -- its claims
+        and ours collide on the owner nodes and the rebalance retries: visible in
+        the logs, nothing skipped. It is logged at WARNING, with the group, its id
+        and its value, once per value; ``mpbroker-groups --describe`` lists it as
+        ``invalid``."""
         client = self._client
         subscriptions = {}
-        for consumer in client.get_children(layout.consumer_ids_path(self.group), watch=self._on_watch):
+        ids_path = layout.consumer_ids_path(self.group)
+        members = client.get_children(ids_path, watch=self._on_watch)
+        for gone in set(self._unreadable_members).difference(members):
+            del self._unreadable_members[gone]
+        for consumer in members:
             try:
-                data, _ = client.get(layout.consumer_path(self.group, consumer))
+                data, _ = client.get(f"{ids_path}/{consumer}")  # another client's id: any node name
                 subscriptions[consumer] = layout.parse_subscription(data)
             except NoNodeError:
                 continue
-            except layout.LayoutError as exc:
-                log.warning("ignoring group member %s: %s", consumer, exc)
+            except layout.LayoutError:
+                if self._unreadable_members.get(consumer) != data:
+                    self._unreadable_members[consumer] = data
+                    log.warning("group %s: member %s registered %r, which is no subscription this client can read; "
+                                "it is given no partitions (the others share them all)", self.group, consumer,
+                                data[:200])
         subscriptions.setdefault(self.consumer_id, self._subscription)
         return subscriptions
 

@@ -4,10 +4,14 @@ This module owns the reading of that file (``parse_properties``), the registry o
 every key mpbroker understands (``KEYS``, with type, default, limits and one line of
 help), the typed and validated result (``BrokerConfig``) and the per-topic settings
 derived from it (``partitions_for``, ``log_config_for``). Every refusal is a
-``ConfigError`` naming the key, the bad value and what was expected; keys that are
-unknown, or known from Kafka 0.7 but without effect here, only produce warnings.
+``ConfigError`` naming the key, the bad value and what was expected. The later Kafka
+(0.8+) names of the 0.7 keys are read as those keys (``ALIASES``); an unknown key is
+refused with the closest known name, unless ``allow.unknown.keys`` (``mpbroker serve
+--allow-unknown-keys``) turns that into a warning; keys known from Kafka 0.7 but
+without effect here (``IGNORED_KEYS``) only produce warnings.
 """
 
+import difflib
 import grp
 import os
 import re
@@ -204,6 +208,8 @@ KEYS = (
     Key("control.socket", "str", "", f"path of the control unix socket; empty means <log.dir>/{CONTROL_SOCKET_NAME}"),
     Key("control.socket.group", "str", "",
         "group (name or id) that may use the control socket too (mode 0660); empty means only the broker's user"),
+    Key("allow.unknown.keys", "bool", "false",
+        "start even with unknown keys (each is ignored with a warning); mpbroker serve --allow-unknown-keys sets it"),
     Key("log.level", "str", "INFO", "logging level: DEBUG, INFO, WARNING or ERROR",
         choices=("DEBUG", "INFO", "WARNING", "ERROR")),
     Key("metrics.enable", "bool", "false", "serve Prometheus metrics over HTTP at metrics.host:metrics.port"),
@@ -224,6 +230,67 @@ IGNORED_KEYS = {
     "monitoring.period.secs": "mpbroker has no periodic JMX-style statistics",
     "zk.synctime.ms": "only zk.connectiontimeout.ms and zk.sessiontimeout.ms apply to mpbroker's ZooKeeper client",
 }
+
+
+# The names later Kafka versions (0.8 and after) gave to 0.7 keys, for the same setting.
+# Only where the meaning is the same: log.retention.check.interval.ms, for instance,
+# is not log.cleanup.interval.mins (other unit), so it stays unknown.
+ALIASES = {
+    "broker.id": "brokerid",
+    "host.name": "hostname",
+    "log.dirs": "log.dir",  # one directory only: see _alias_value
+    "zookeeper.connect": "zk.connect",
+    "zookeeper.session.timeout.ms": "zk.sessiontimeout.ms",
+    "zookeeper.connection.timeout.ms": "zk.connectiontimeout.ms",
+    "zookeeper.sync.time.ms": "zk.synctime.ms",
+    "log.segment.bytes": "log.file.size",
+    "log.retention.bytes": "log.retention.size",
+    "log.retention.hours.per.topic": "topic.log.retention.hours",
+    "message.max.bytes": "max.message.size",
+    "log.flush.interval.messages": "log.flush.interval",
+    "log.flush.interval.ms": "log.default.flush.interval.ms",
+    "log.flush.scheduler.interval.ms": "log.default.flush.scheduler.interval.ms",
+    "log.flush.interval.ms.per.topic": "topic.flush.intervals.ms",
+    "socket.send.buffer.bytes": "socket.send.buffer",
+    "socket.receive.buffer.bytes": "socket.receive.buffer",
+    "socket.request.max.bytes": "max.socket.request.bytes",
+}
+
+ALIASES_OF = {target: [alias for alias, key in ALIASES.items() if key == target]  # 0.7 key -> its later names
+              for target in ALIASES.values()}
+
+
+def _alias_value(alias: str, value: str) -> str:
+    """The value of a later-Kafka key as its 0.7 key takes it."""
+    if alias == "log.dirs":
+        directories = [part.strip() for part in value.split(",") if part.strip()]
+        if len(directories) > 1:
+            raise ConfigError(f"log.dirs: {value.strip()!r} names {len(directories)} directories, but mpbroker "
+                              "keeps every partition under one directory: give one (log.dir)")
+        return directories[0] if directories else ""
+    return value
+
+
+def _canonical(props: dict[str, str], origin: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """``props`` with every later-Kafka name replaced by its 0.7 key, and which keys were
+    written under which later name. A key set under both names in one source is refused."""
+    for alias, target in ALIASES.items():
+        if alias in props and target in props:
+            raise ConfigError(f"{alias} and {target} are both set{_where(origin)}: {alias} is the later Kafka "
+                              f"name of {target}; keep one of them")
+    canonical, written_as = {}, {}
+    for name, value in props.items():
+        target = ALIASES.get(name)
+        if target is None:
+            canonical[name] = value
+        else:
+            canonical[target] = _alias_value(name, value)
+            written_as[target] = name
+    return canonical, written_as
+
+
+def _where(origin: str | None) -> str:
+    return f" {origin}" if origin else ""
 
 
 # --------------------------------------------------------------------------------------
@@ -404,6 +471,7 @@ class BrokerConfig:
     worker_heartbeat_timeout_ms: int
     control_socket: str
     control_socket_group: str
+    allow_unknown_keys: bool
     log_level: str
     metrics_enable: bool
     metrics_host: str
@@ -455,46 +523,109 @@ class BrokerConfig:
 
 
 def config_from_properties(props: dict[str, str]) -> tuple[BrokerConfig, list[str]]:
-    """The validated configuration and a warning for each unknown or ignored key."""
+    """The validated configuration and a warning for each ignored key. Later Kafka names
+    are read as their 0.7 keys; an unknown key is refused unless allow.unknown.keys is
+    true (then it is warned about)."""
+    canonical, written_as = _canonical(props, None)
+    return _build(canonical, {}, written_as)
+
+
+def _build(props: dict[str, str], origins: dict[str, str], written_as: dict[str, str]):
+    """``props`` has 0.7 names only; ``origins`` says where a key was set (for messages),
+    ``written_as`` under which later name."""
+    allow_unknown = _parse_bool(props.get("allow.unknown.keys", "false").strip(), "allow.unknown.keys")
+    unknown = [name for name in props if name not in KEYS_BY_NAME and name not in IGNORED_KEYS]
+    if unknown and not allow_unknown:
+        raise ConfigError(_unknown_keys_message(unknown, origins))
     values = {}
     for key in KEYS:
         if key.name in props:
-            values[key.name] = _parse_value(key, props[key.name])
+            values[key.name] = _parsed_as_written(key, props[key.name], written_as.get(key.name))
         elif key.default_from is not None:
             values[key.name] = values[key.default_from]
         else:
             values[key.name] = _parse_value(key, key.default_text())
     config = BrokerConfig(**{KEYS_BY_NAME[name].attribute: value for name, value in values.items()})
-    return config, _warnings_for(props)
+    return config, _warnings_for(props, origins, written_as)
 
 
-def _warnings_for(props: dict[str, str]) -> list[str]:
+def _parsed_as_written(key: Key, raw: str, alias: str | None):
+    """The typed value of one key; a key set under its later name is checked at once, so
+    the refusal names the key as the file wrote it."""
+    if alias is None:
+        return _parse_value(key, raw)
+    try:
+        value = _parse_value(key, raw)
+        _check_value(key, value)
+    except ConfigError as error:
+        message = str(error)
+        if message.startswith(f"{key.name}:"):
+            message = f"{alias} (mpbroker's {key.name}):{message[len(key.name) + 1:]}"
+        raise ConfigError(message) from None
+    return value
+
+
+def _unknown_keys_message(unknown: list[str], origins: dict[str, str]) -> str:
+    candidates = list(KEYS_BY_NAME) + list(ALIASES) + list(IGNORED_KEYS)
+    described = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+        guess = f" (did you mean {close[0]!r}?)" if close else ""
+        described.append(f"{name!r}{_where(origins.get(name))}{guess}")
+    plural = "s" if len(unknown) > 1 else ""
+    return (f"unknown configuration key{plural} {', '.join(described)}: fix {'them' if plural else 'it'}, "
+            "or let mpbroker ignore unknown keys with mpbroker serve --allow-unknown-keys "
+            "(or allow.unknown.keys=true)")
+
+
+def _warnings_for(props: dict[str, str], origins: dict[str, str], written_as: dict[str, str]) -> list[str]:
     warnings = []
     for name in props:
         if name in IGNORED_KEYS:
-            warnings.append(f"configuration key {name!r} ignored: {IGNORED_KEYS[name]}")
+            warnings.append(f"configuration key {written_as.get(name, name)!r} ignored: {IGNORED_KEYS[name]}")
         elif name not in KEYS_BY_NAME:
-            warnings.append(f"unknown configuration key {name!r} ignored")
+            warnings.append(f"unknown configuration key {name!r}{_where(origins.get(name))} ignored "
+                            "(allow.unknown.keys is true)")
     return warnings
 
 
 def load_config(path: str, overrides: list[str] = ()) -> tuple[BrokerConfig, list[str]]:
-    """Read a properties file, apply ``key=value`` overrides on top, validate."""
-    props = _read_properties_file(path)
-    props.update(_parse_overrides(overrides))
-    return config_from_properties(props)
+    """Read a properties file, apply ``key=value`` overrides on top, validate. A key set
+    in the file under one name and overridden under the other takes the override."""
+    file_origin, override_origin = f"in {path}", "in the --override options"
+    from_file, file_written_as = _canonical(_read_properties_file(path), file_origin)
+    from_overrides, override_written_as = _canonical(_parse_overrides(overrides), override_origin)
+    props = {**from_file, **from_overrides}
+    origins = {**{name: file_origin for name in from_file}, **{name: override_origin for name in from_overrides}}
+    written_as = {name: alias for name, alias in file_written_as.items() if name not in from_overrides}
+    written_as.update(override_written_as)
+    return _build(props, origins, written_as)
 
 
-def value_from_file(path: str, key: str, overrides=()) -> str:
-    """One key's raw value (stripped; its default if unset) from a configuration file,
-    without validating the others: ``mpbroker-ctl`` must work even when other keys of
-    the file are broken (for instance to see a failed reload's error)."""
-    props = _read_properties_file(path)
-    props.update(_parse_overrides(overrides))
-    return props.get(key, KEYS_BY_NAME[key].default_text() or "").strip()
+def setting_from_file(path: str | None, key: str, overrides=()) -> tuple[str, str]:
+    """One key's raw value (stripped; its default if unset), from the overrides, else the
+    configuration file (None: no file), under its 0.7 name or a later one, and where it
+    came from ("--override", the file's path or "default"). Nothing else is validated:
+    ``mpbroker-ctl`` must work even when other keys of the file are broken (for instance
+    to see a failed reload's error)."""
+    sources = [("--override", _parse_overrides(overrides))]
+    if path is not None:
+        sources.append((path, _read_properties_file(path)))
+    for origin, props in sources:
+        if key in props:
+            return props[key].strip(), origin
+        for alias in ALIASES_OF.get(key, ()):
+            if alias in props:
+                return _alias_value(alias, props[alias]).strip(), origin
+    return (KEYS_BY_NAME[key].default_text() or "").strip(), "default"
 
 
-def control_socket_from_file(path: str, overrides=()) -> str:
+def value_from_file(path: str | None, key: str, overrides=()) -> str:
+    """``setting_from_file`` without where the value came from."""
+    return setting_from_file(path, key, overrides)[0]
+
+
+def control_socket_from_file(path: str | None, overrides=()) -> str:
     """The control socket a configuration file points at (``control.socket``, else
     ``log.dir``'s default socket)."""
     explicit = value_from_file(path, "control.socket", overrides)
@@ -509,6 +640,8 @@ def render_properties() -> str:
     lines = [
         "# mpbroker configuration: every key with its default and what it does.",
         "# Kafka 0.7 key names; uncomment a line to change it. Generated from mpbroker/config.py.",
+        "# The later Kafka names noted below are read as the 0.7 key (set only one of the two).",
+        "# An unknown key refuses to start, unless allow.unknown.keys=true (mpbroker serve --allow-unknown-keys).",
         "",
     ]
     for key in KEYS:
@@ -518,7 +651,8 @@ def render_properties() -> str:
             default = "(computed at start-up)"
         else:
             default = key.default
-        lines.append(f"# {key.help}")
+        later = ALIASES_OF.get(key.name)
+        lines.append(f"# {key.help}" + (f" (later Kafka: {', '.join(later)})" if later else ""))
         lines.append(f"#{key.name}={default}")
         lines.append("")
     return "\n".join(lines)

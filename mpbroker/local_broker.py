@@ -1,6 +1,6 @@
 """A broker run as a child process on this machine: for the demo, the benchmarks and
 the tests. Writes a configuration file into a directory, starts ``mpbroker serve`` on
-it, waits until the acceptor is up (through the control socket), and stops it.
+it, waits until it is ready (the status says so through the control socket), and stops it.
 
     with LocalBroker(directory, num_workers=2) as broker:
         ... broker.port ...
@@ -40,7 +40,8 @@ class LocalBroker:
             f.writelines(f"{key}={value}\n" for key, value in self.properties.items())
 
     def start(self, timeout: float = 30.0) -> "LocalBroker":
-        """Start ``mpbroker serve`` and return once it accepts connections."""
+        """Start ``mpbroker serve`` and return once it is ready: it accepts connections
+        and, with ZooKeeper, is registered (or gave up waiting: see mpbroker.supervisor)."""
         with open(self.output_path, "a") as output:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mpbroker.cli", "serve", self.config_path],
@@ -52,7 +53,7 @@ class LocalBroker:
             if self.process.poll() is not None:
                 raise RuntimeError(f"broker exited with {self.process.returncode}:\n{self.output()}")
             status = self.try_status()
-            if status and status["acceptor"]["state"] == "up":
+            if status and status.get("ready"):
                 self.port = status["port"]
                 return self
             time.sleep(0.05)

@@ -8,8 +8,8 @@ start (an unusable log.dir, too few file descriptors for the segment files, a ta
 port) is found then and reported as one StartupError line; the clean-shutdown marker
 is taken last, so a failed start leaves it. It then forks the partition workers,
 waits until each has opened its logs, forks the acceptor and tells systemd it is
-ready. Its loop only reacts: signals arrive through a wake-up fd, children through
-their control channels and SIGCHLD, ``mpbroker-ctl`` through the control socket
+ready (below). Its loop only reacts: signals arrive through a wake-up fd, children
+through their control channels and SIGCHLD, ``mpbroker-ctl`` through the control socket
 (``control_server``: non-blocking clients in the same selector, so none can hold the
 loop), plus once-a-second checks (heartbeats, respawn back-off, control deadlines).
 
@@ -19,6 +19,21 @@ the supervisor has emptied that worker's rings. The acceptor is respawned at onc
 A child that dies within YOUNG_DEATH_S of its start waits a back-off that doubles
 with each such death (at most MAX_RESPAWN_BACKOFF_S); the log line of the death and
 the status (``respawn_in_s``) say how long.
+
+Ready (systemd's READY=1, ``"ready": true`` in the status) means a client can use the
+broker: the acceptor takes connections and, with ZooKeeper, ``/brokers/ids/<id>`` is
+written, so a producer that discovers brokers through ZooKeeper finds this one as soon as
+``systemctl start`` returns. ZooKeeper must not keep the broker from serving, so the
+wait for the registration is bounded: READY=1 comes once the registrar reports the
+broker registered, or zk.connectiontimeout.ms after the acceptor came up, whichever is
+first (the log says which: "registered in ZooKeeper" or "not registered in ZooKeeper
+within ... ms"); when ZooKeeper did not answer the registrar's first check at start-up
+(which already waited zk.connectiontimeout.ms), READY=1 comes with the acceptor. In
+each case the registrar goes on trying and registers once ZooKeeper answers.
+
+systemd: READY=1 also ends a reload (which begins with RELOADING=1 and MONOTONIC_USEC=),
+STOPPING=1 starts either stop, and WATCHDOG=1 goes out every half of $WATCHDOG_USEC (the
+loop never sleeps past the next one).
 
 Signals: TERM (or ``mpbroker-ctl shutdown``) stops gracefully: the acceptor first
 (no new requests, in-flight ones answered), then the workers (flush, close); when
@@ -118,6 +133,7 @@ class Child:
         self.backoff = 0.0
         self.last_exit = None
         self.stop_deadline = None
+        self.killed_silent = False  # SIGKILLed for a missed heartbeat; waiting for its death
 
     @property
     def alive(self) -> bool:
@@ -138,7 +154,10 @@ class Supervisor:
         self.fast = False
         self.exit_code = 0
         self._started_at = time.monotonic()
-        self._ready_notified = False
+        self._ready_notified = False  # READY=1 sent: serving (and registered, or given up waiting)
+        self._accepting = False  # the first acceptor took connections
+        self._ready_deadline = None  # waiting for the registration until then (time.monotonic())
+        self._zk_answered = None  # what the registrar's last "checked" said: ZooKeeper answered
         self.registrar_checked = False  # the registrar checked the broker id (or ZooKeeper was away)
         self.zk_state = None  # the registrar's last report
         self._rate_samples = collections.deque()
@@ -310,6 +329,7 @@ class Supervisor:
         child.started = time.monotonic()
         child.started_ms = wall_clock_ms()  # a date: shown as the process's start time
         child.stop_deadline = None
+        child.killed_silent = False
         self.slots.write(child.slot, pid=pid, state=SlotState.STARTING, generation=child.generation,
                          restarts=child.restarts, started_ms=child.started_ms)
         log.info("started %s (pid %d)", child.name, pid)
@@ -418,7 +438,12 @@ class Supervisor:
             self._spawn_worker(child)
 
     def _timeout(self) -> float:
-        return 0.1 if self.phase != RUNNING or any(c.respawn_at for c in self.children) else 1.0
+        timeout = 0.1 if self.phase != RUNNING or any(c.respawn_at for c in self.children) else 1.0
+        if self._ready_deadline is not None:  # READY=1 at the deadline, not up to a second later
+            timeout = min(timeout, max(0.0, self._ready_deadline - time.monotonic()))
+        if systemd.watchdog_interval_s():  # never sleep past the next WATCHDOG=1
+            timeout = min(timeout, max(0.0, self._next_watchdog - time.monotonic()))
+        return timeout
 
     def _on_signals(self, signals: bytes) -> None:
         for number in signals:
@@ -447,15 +472,19 @@ class Supervisor:
     def _on_registrar_message(self, op: str, message: dict) -> None:
         if op == "zk_state":
             self.zk_state = {key: value for key, value in message.items() if key != "op"}
+            if self._ready_deadline is not None and self.zk_state.get("registered"):
+                self._notify_ready(f"registered in ZooKeeper at {self.config.zk_connect} "
+                                   f"as broker {self.config.brokerid}")
         elif op == "checked":
             self.registrar_checked = True
-            if not message.get("zookeeper"):
+            self._zk_answered = bool(message.get("zookeeper"))
+            if not self._zk_answered:
                 log.warning("starting without ZooKeeper; the broker registers once it answers")
             if self.phase != RUNNING:
                 return
             if all(worker.generation == 0 for worker in self.workers):
                 self._start_workers()
-            elif self._ready_notified:
+            elif self._accepting:
                 self.registrar.channel.send("register")
 
     def _on_ready(self, child: Child) -> None:
@@ -464,18 +493,40 @@ class Supervisor:
         if child.role in ("registrar", "metrics"):
             return
         if child.role == "acceptor":
-            if not self._ready_notified:
-                self._ready_notified = True
-                systemd.notify(f"READY=1\nMAINPID={self.pid}\nSTATUS=accepting on port {self.port}")
-                log.info("ready: accepting on port %d", self.port)
-                if self.registrar and self.registrar.alive and self.registrar_checked:
-                    self.registrar.channel.send("register")
+            if not self._accepting:
+                self._accepting = True
+                self._on_first_accepting()
             return
         log.info("%s is up", child.name)
         if self.acceptor.alive:
             self.acceptor.channel.send("worker_up", slot=child.slot)
         elif self.phase == RUNNING and self.acceptor.generation == 0 and all(w.ready for w in self.workers):
             self._spawn_acceptor()  # the first start: every worker has opened its logs
+
+    def _on_first_accepting(self) -> None:
+        """The acceptor takes connections for the first time: ready now without
+        ZooKeeper, else once registered (bounded: see the module docstring)."""
+        if self.registrar is None:
+            self._notify_ready("")
+            return
+        if self.registrar.alive and self.registrar_checked:
+            self.registrar.channel.send("register")
+        if self._zk_answered is False:
+            self._notify_ready(f"not registered in ZooKeeper: {self.config.zk_connect} did not answer at start-up; "
+                               "registering once it does")
+            return
+        timeout_ms = self.config.zk_connectiontimeout_ms
+        self._ready_deadline = time.monotonic() + timeout_ms / 1000
+        log.info("accepting on port %d; ready once registered in ZooKeeper (at most %d ms, "
+                 "zk.connectiontimeout.ms)", self.port, timeout_ms)
+
+    def _notify_ready(self, how: str) -> None:
+        """Tell systemd (and the status) that the broker serves; ``how`` adds why now."""
+        self._ready_deadline = None
+        self._ready_notified = True
+        detail = f"accepting on port {self.port}" + (f", {how}" if how else "")
+        systemd.notify(f"READY=1\nMAINPID={self.pid}\nSTATUS={detail}")
+        log.info("ready: %s", detail)
 
     def _reap(self) -> None:
         while True:
@@ -547,6 +598,11 @@ class Supervisor:
     def _tick(self) -> None:
         now = time.monotonic()
         if self.phase == RUNNING:
+            if self._ready_deadline is not None and now >= self._ready_deadline:
+                log.warning("not registered in ZooKeeper within %d ms (zk.connectiontimeout.ms); ready without it, "
+                            "registering once ZooKeeper answers", self.config.zk_connectiontimeout_ms)
+                self._notify_ready(f"not registered in ZooKeeper yet (none within "
+                                   f"{self.config.zk_connectiontimeout_ms} ms)")
             for child in self.workers:
                 if child.awaiting_ack is not None and now > child.ack_deadline:
                     log.warning("acceptor did not confirm %s's death in time; respawning anyway", child.name)
@@ -570,11 +626,12 @@ class Supervisor:
         now_ms = monotonic_ms()  # heartbeats are on the machine-wide monotonic clock
         limit = self.config.worker_heartbeat_timeout_ms
         for child in self.children:
-            if not child.alive or not child.ready:
-                continue
+            if not child.alive or not child.ready or child.killed_silent:
+                continue  # one SIGKILL is enough: it stays pending until the process can die
             silent = now_ms - self.slots.read(child.slot).heartbeat_ms
             if silent > limit:
                 log.error("%s (pid %d) sent no heartbeat for %d ms; killing it", child.name, child.pid, silent)
+                child.killed_silent = True
                 self._kill(child, signal.SIGKILL)
 
     @staticmethod
@@ -591,6 +648,7 @@ class Supervisor:
             return
         log.info("graceful stop (%s)", why)
         systemd.notify("STOPPING=1")
+        self._ready_deadline = None
         self.phase = STOPPING_ACCEPTOR
         for child in self.children:
             child.respawn_at = None
@@ -642,6 +700,7 @@ class Supervisor:
     def _stop_fast(self, why: str) -> None:
         log.info("fast stop (%s)", why)
         systemd.notify("STOPPING=1")
+        self._ready_deadline = None
         self.fast = True
         self.phase = STOPPING_WORKERS
         deadline = time.monotonic() + FAST_STOP_TIMEOUT_S
@@ -667,12 +726,15 @@ class Supervisor:
     def reload(self) -> dict:
         if self.config_path is None:
             return {"ok": False, "error": "started without a configuration file: nothing to reload"}
-        systemd.notify("RELOADING=1")
+        notifying = self._ready_notified  # before READY=1, a reload must not announce readiness
+        if notifying:
+            systemd.reloading()
         try:
             new, warnings = load_config(self.config_path, self.overrides)
         except ConfigError as exc:
             log.error("reload refused, keeping the running configuration: %s", exc)
-            systemd.notify("READY=1")
+            if notifying:
+                systemd.notify("READY=1")
             return {"ok": False, "error": str(exc)}
         for warning in warnings:
             log.warning("%s", warning)
@@ -690,7 +752,8 @@ class Supervisor:
             if child.alive:
                 child.channel.send("reload", properties=properties)
         log.info("reloaded: %s", ", ".join(sorted(applied)) or "nothing changed")
-        systemd.notify("READY=1")
+        if notifying:
+            systemd.notify("READY=1")
         return {"ok": True, "applied": sorted(applied), "needs_restart": needs_restart}
 
     # --- status -----------------------------------------------------------------
@@ -754,10 +817,12 @@ class Supervisor:
         } for topic, partition, slot, state in sorted(rows, key=lambda row: (row[0], row[1]))]
         return {
             "ok": True, "pid": self.pid, "brokerid": self.config.brokerid, "port": self.port,
-            "phase": self.phase, "uptime_s": round(time.monotonic() - self._started_at, 1),
+            "phase": self.phase, "ready": self._ready_notified and self.phase == RUNNING,
+            "uptime_s": round(time.monotonic() - self._started_at, 1),
             "log_dir": self.config.log_dir, "workers": workers, "acceptor": describe(self.acceptor),
             "registrar": describe(self.registrar) if self.registrar else None,
             "zookeeper": self.zk_state if self.registrar else None,
+            "zk_connect": self.config.zk_connect,  # for mpbroker-ctl groups, with or without the registrar
             "metrics": {**describe(self.metrics), "host": self.config.metrics_host,
                         "port": self.metrics_listener.getsockname()[1]} if self.metrics else None,
             "partitions": partitions,

@@ -1,12 +1,21 @@
 """The systemd notification protocol (sd_notify), without libsystemd: one datagram to
-``$NOTIFY_SOCKET`` per state change (READY=1, STOPPING=1, RELOADING=1, WATCHDOG=1).
-Outside systemd every call is a no-op."""
+``$NOTIFY_SOCKET`` per state change. Outside systemd every call is a no-op.
+
+What the supervisor sends: READY=1 (with MAINPID= and STATUS=) once it serves,
+RELOADING=1 with MONOTONIC_USEC= in the same datagram when a reload begins and READY=1
+when it ended (the Type=notify-reload protocol of systemd 253+: systemd matches the
+reload to its own signal by that timestamp; plain Type=notify ignores the extra field),
+STOPPING=1 when it stops, and WATCHDOG=1 every half of ``$WATCHDOG_USEC``. An address
+starting with ``@`` is in the abstract namespace (a leading NUL byte on the wire)."""
 
 import os
 import socket
+import time
 
 
 def notify(state: str) -> bool:
+    """Send ``state`` (newline-separated ``KEY=value`` lines); False when not under
+    systemd or when the socket cannot take it."""
     address = os.environ.get("NOTIFY_SOCKET")
     if not address:
         return False
@@ -20,10 +29,20 @@ def notify(state: str) -> bool:
     return True
 
 
+def monotonic_usec() -> int:
+    """CLOCK_MONOTONIC in microseconds: the clock systemd's MONOTONIC_USEC= is on."""
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+
+
+def reloading() -> bool:
+    """RELOADING=1 and MONOTONIC_USEC= in one datagram (READY=1 must follow)."""
+    return notify(f"RELOADING=1\nMONOTONIC_USEC={monotonic_usec()}")
+
+
 def watchdog_interval_s():
     """Half the watchdog timeout systemd set for us (when it is meant for this pid), or None."""
-    usec = os.environ.get("WATCHDOG_USEC")
-    pid = os.environ.get("WATCHDOG_PID")
-    if not usec or (pid and int(pid) != os.getpid()):
+    usec = os.environ.get("WATCHDOG_USEC", "")
+    pid = os.environ.get("WATCHDOG_PID", "")
+    if not usec.isdigit() or int(usec) == 0 or (pid and (not pid.isdigit() or int(pid) != os.getpid())):
         return None
     return int(usec) / 2_000_000

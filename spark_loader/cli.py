@@ -3,13 +3,21 @@
     mpbroker-spark-load (--broker-list HOST:PORT[,..] | --zookeeper ZK)
         (--topic T [--topic T2 ...] | --whitelist REGEX [--topic T ...])
         --output DIR [--master URL] [--max-bytes-per-partition N] [--fetch-size N]
+        [--allow-missing-topics]
+
+Before it starts Spark it checks the lock, reaches ZooKeeper (or the brokers) and
+finds the partitions of the topics, so that those failures end the command in
+seconds. A ``--topic`` that does not exist is refused (exit 2, with the closest known
+names) unless ``--allow-missing-topics`` says that waiting for it is intended; a
+``--whitelist`` that matches nothing yet is not an error (a warning; nothing loaded).
 
 Without ``--master`` it runs on ``local[2]`` (or what ``spark-submit`` set). On a
-cluster: ``spark-submit --master yarn --py-files mpbroker.zip spark_loader/cli.py
---zookeeper ... --output hdfs-mounted-dir``. The summary is printed as JSON and kept
-in ``DIR/_mpbroker/loads/``. Exit codes: 0 loaded (or nothing new); 1 the load
-failed (nothing committed; the next load redoes it); 2 bad arguments; 3 no broker or
-ZooKeeper reachable; 4 another load holds the lock.
+cluster: ``python -m spark_loader.package mpbroker.zip`` then ``spark-submit --master
+yarn --py-files mpbroker.zip spark_loader/cli.py --zookeeper ... --output DIR`` (see
+``spark_loader.package``). The summary is printed as JSON and kept in
+``DIR/_mpbroker/loads/``. Exit codes: 0 loaded (or nothing new); 1 the load failed
+(nothing committed; the next load redoes it); 2 bad arguments or an unknown topic; 3
+no broker or ZooKeeper reachable; 4 another load holds the lock.
 """
 
 import argparse
@@ -30,13 +38,18 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--broker-list", help="ID:HOST:PORT[,...] or HOST:PORT[,...]")
     source.add_argument("--zookeeper", metavar="ZK", help="HOST:PORT[,...][/chroot]: brokers and topics from there")
     parser.add_argument("--topic", action="append", default=[], help="a topic to load (repeatable)")
-    parser.add_argument("--whitelist", default="", metavar="REGEX", help="every topic it matches (--zookeeper)")
+    parser.add_argument("--whitelist", default="", metavar="REGEX",
+                        help="every topic it matches (--zookeeper); matching none yet is no error")
     parser.add_argument("--output", required=True, help="the Parquet directory (state in DIR/_mpbroker)")
     parser.add_argument("--master", help="Spark master URL (default local[2], or spark-submit's)")
     parser.add_argument("--max-bytes-per-partition", type=int, default=0,
                         help="read at most this many bytes of log per partition in this load (0: all)")
     parser.add_argument("--fetch-size", type=int, default=4 * 1024 * 1024, help="bytes per fetch request")
-    parser.add_argument("--zk-timeout-ms", type=int, default=6000)
+    parser.add_argument("--allow-missing-topics", action="store_true",
+                        help="a --topic that does not exist yet is a warning, not an error (exit 2): "
+                             "it is loaded once it exists")
+    parser.add_argument("--zk-timeout-ms", type=int, default=6000,
+                        help="how long to wait for ZooKeeper (or to connect to a broker) before exit 3, in ms")
     return parser
 
 
@@ -66,9 +79,9 @@ def main(argv=None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from mpbroker.errors import InvalidTopicError
     from mpbroker.segments.naming import check_topic
-    from mpbroker.registry.zk_client import ZooKeeperUnavailable
+    from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable
     from clients.errors import BrokerUnavailableError
-    from spark_loader.job import LoadOptions, run_load
+    from spark_loader.job import LoadOptions, discover_source, run_load
     from spark_loader.state import LoaderState, LoadLockedError
 
     if not args.topic and not args.whitelist:
@@ -90,14 +103,21 @@ def main(argv=None) -> int:
     options = LoadOptions(output=args.output, topics=args.topic, whitelist=args.whitelist,
                           broker_list=args.broker_list or "", zookeeper=args.zookeeper or "",
                           max_bytes_per_partition=args.max_bytes_per_partition, fetch_size=args.fetch_size,
-                          zk_timeout_ms=args.zk_timeout_ms)
+                          zk_timeout_ms=args.zk_timeout_ms, allow_missing_topics=args.allow_missing_topics)
     spark = None
     try:
-        probe = LoaderState(args.output)  # a held lock is found before a Spark session is started
+        # Before a Spark session is started (seconds of JVM start): a held lock, ZooKeeper
+        # or the brokers out of reach, an unknown topic end the command at once.
+        probe = LoaderState(args.output)
         probe.lock()
-        probe.unlock()
-        spark = spark_session(args.master)
-        summary = run_load(spark, options)
+        try:
+            stored = probe.read()["offsets"]
+        finally:
+            probe.unlock()
+        source = discover_source(options, stored)
+        if source.partitions:  # else nothing to read: the load only records that, without Spark
+            spark = spark_session(args.master)
+        summary = run_load(spark, options, source)
     except LoadLockedError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_LOCKED
@@ -106,6 +126,9 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     except (ZooKeeperUnavailable, BrokerUnavailableError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except ZK_ERRORS as exc:
+        print(f"{PROG}: lost ZooKeeper while reading the topics: {exc!r}", file=sys.stderr)
         return EXIT_UNREACHABLE
     except Exception as exc:
         log.exception("the load failed; nothing was committed, the next load redoes it")

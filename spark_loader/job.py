@@ -2,7 +2,9 @@
 
 1. Take the lock (``state.LoaderState``), finish or clean up what an earlier load left.
 2. Plan (``plan``): per (broker, topic, partition) the range from the stored offset
-   to the log end now.
+   to the log end now. (The command discovers the brokers, partitions and topics --
+   ``discover_source`` -- before it starts Spark, so that an unreachable ZooKeeper or
+   an unknown topic fails in seconds.)
 3. One Spark task per non-empty range (an RDD with one range per slice): the task
    reads its range (``reader``: fetches, bulk CRC-checked decode, Arrow batches) and
    writes one Parquet file with pyarrow into the load's staging directory, named by
@@ -27,7 +29,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from spark_loader.plan import PartitionRange, discover, make_plan
+from spark_loader.plan import LoadSource, PartitionRange, discover, make_plan, topics_of
 from spark_loader.reader import ReadStats, write_partition_file
 from spark_loader.state import LoaderState
 
@@ -46,6 +48,7 @@ class LoadOptions:
     max_bytes_per_partition: int = 0
     fetch_size: int = 4 * 1024 * 1024
     zk_timeout_ms: int = 6000
+    allow_missing_topics: bool = False  # a named topic that does not exist (yet) is a warning, not an error
 
 
 def _crash_point(name: str) -> None:
@@ -55,9 +58,21 @@ def _crash_point(name: str) -> None:
         os._exit(17)
 
 
-def run_load(spark, options: LoadOptions) -> dict:
+def discover_source(options: LoadOptions, stored_offsets: dict | None = None) -> LoadSource:
+    """The brokers and partitions ``options`` name (``plan.discover``): what the command
+    checks before it starts Spark. Close names for an unknown topic are also looked for
+    among the topics the output holds (``stored_offsets``, read from its state if None)."""
+    if stored_offsets is None:
+        stored_offsets = LoaderState(options.output).read()["offsets"]
+    return discover(broker_list=options.broker_list, zookeeper=options.zookeeper, topics=options.topics,
+                    whitelist=options.whitelist, zk_timeout_ms=options.zk_timeout_ms,
+                    allow_missing_topics=options.allow_missing_topics, loaded_topics=topics_of(stored_offsets))
+
+
+def run_load(spark, options: LoadOptions, source: LoadSource | None = None) -> dict:
     """Run one load with ``spark``; return its summary (also written to
-    ``<output>/_mpbroker/loads/<load id>.json``)."""
+    ``<output>/_mpbroker/loads/<load id>.json``). ``source``: the brokers and partitions
+    if already discovered (``discover_source``), else they are discovered here."""
     started = time.monotonic()
     started_at = datetime.datetime.now(datetime.timezone.utc)
     load_id = started_at.strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
@@ -68,8 +83,8 @@ def run_load(spark, options: LoadOptions) -> dict:
         for line in state.recover():
             log.warning("%s", line)
         stored = state.read()["offsets"]
-        source = discover(broker_list=options.broker_list, zookeeper=options.zookeeper, topics=options.topics,
-                          whitelist=options.whitelist, zk_timeout_ms=options.zk_timeout_ms)
+        if source is None:
+            source = discover_source(options, stored)
         ranges = make_plan(source, stored, options.max_bytes_per_partition)
         todo = [part for part in ranges if part.start < part.end]
         log.info("load %s: %d partitions, %d with new data, %d bytes of log to read", load_id, len(ranges),
@@ -89,7 +104,7 @@ def run_load(spark, options: LoadOptions) -> dict:
         for part in ranges:
             offsets[part.key] = stats[part.key].next_offset if part.key in stats else part.start
         moves = _moves(state, load_id, load_date, [name for _, name in results.values() if name])
-        state.sync_dirs({os.path.dirname(source) for source, _ in moves})  # the staged names survive a power cut
+        state.sync_dirs({os.path.dirname(staged) for staged, _ in moves})  # the staged names survive a power cut
         state.write({"offsets": offsets, "last_load": load_id,
                      "moving": {"load_id": load_id, "moves": moves} if moves else None})
         _crash_point("after_commit")

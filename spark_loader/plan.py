@@ -6,6 +6,13 @@ from one MULTIFETCH probe per broker and topic. A stored offset outside the log
 (retention removed data the loader never read, or the log was recreated) starts the
 range at the earliest offset and records the gap, which the summary reports loudly.
 Without a stored offset a partition is read from its earliest offset.
+
+A named topic that does not exist is refused (``UnknownTopicError``, with the closest
+known names), so that a typo is not a load of nothing that exits 0: with ZooKeeper, a
+topic no broker registered; with a broker list, one of which no broker holds a single
+message (the 0.7 protocol cannot tell a topic that does not exist from an empty one).
+``allow_missing_topics`` makes such a topic a warning instead (it is loaded once it
+exists). A whitelist that matches nothing is not an error: it is logged.
 """
 
 import logging
@@ -13,6 +20,7 @@ from typing import NamedTuple
 
 from clients.brokers import parse_broker_list
 from clients.consumer import SimpleConsumer
+from clients.unknown_topics import UnknownTopicError
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import close_client, start_client
@@ -47,17 +55,39 @@ class LoadSource(NamedTuple):
 
 
 def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist: str = "",
-             zk_timeout_ms: int = 6000) -> LoadSource:
-    """The brokers and the partitions of the topics to load."""
+             zk_timeout_ms: int = 6000, allow_missing_topics: bool = False, loaded_topics=()) -> LoadSource:
+    """The brokers and the partitions of the topics to load. A named topic that does
+    not exist raises UnknownTopicError (suggesting close names among the registered
+    topics and ``loaded_topics``, those this output holds) unless
+    ``allow_missing_topics``; ZooKeeperUnavailable or BrokerUnavailableError when the
+    source cannot be reached."""
     topics = list(dict.fromkeys(check_topic(topic) for topic in topics))  # a topic named twice is read once
     if zookeeper:
-        client = start_client(zookeeper, 6000, zk_timeout_ms)
+        client = start_client(zookeeper, 6000, zk_timeout_ms, create_chroot=False)  # a reader creates nothing
         try:
             brokers = {info.id: (info.host, info.port) for info in read_brokers(client).values()}
+            registered = read_topics(client)
+            missing = [topic for topic in topics if topic not in registered]
+            if missing:
+                where = f"no broker registered it at {zookeeper}"
+                if not registered:
+                    where += " (no topic is registered there at all: is the chroot right?)"
+                _missing_topics(missing, where, [*registered, *loaded_topics], allow_missing_topics)
+            topics = [topic for topic in topics if topic not in missing]
             if whitelist:
-                topics = sorted(set(topics) | {t for t in read_topics(client) if layout.topic_matches(whitelist, True, t)})
-            partitions = [(topic, p.broker_id, p.partition) for topic in topics
-                          for p in read_topic_partitions(client, topic) if p.broker_id in brokers]
+                matched = [topic for topic in registered if layout.topic_matches(whitelist, True, topic)]
+                if not matched:
+                    log.warning("--whitelist %r matches none of the %d topics registered at %s (yet): "
+                                "nothing of it to load", whitelist, len(registered), zookeeper)
+                topics = sorted(set(topics) | set(matched))
+            partitions = []
+            for topic in topics:
+                found = read_topic_partitions(client, topic)
+                partitions += [(topic, p.broker_id, p.partition) for p in found if p.broker_id in brokers]
+                absent = sorted({p.broker_id for p in found if p.broker_id not in brokers})
+                if absent:
+                    log.warning("%s: not loading its partitions on broker(s) %s: not registered at %s (down?); "
+                                "the next load reads them", topic, ", ".join(map(str, absent)), zookeeper)
         finally:
             close_client(client)
         return LoadSource(brokers, partitions)
@@ -65,11 +95,33 @@ def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist
         raise ValueError("--whitelist needs --zookeeper: the 0.7 protocol cannot list a broker's topics")
     brokers = {broker.id: (broker.host, broker.port) for broker in parse_broker_list(broker_list)}
     partitions = []
+    holds_messages = dict.fromkeys(topics, False)
     for broker_id, (host, port) in sorted(brokers.items()):
         with SimpleConsumer(host, port, connect_timeout_ms=zk_timeout_ms) as consumer:
             for topic in topics:
-                partitions.extend((topic, broker_id, p) for p in range(consumer.partition_count(topic)))
+                count = consumer.partition_count(topic)
+                partitions.extend((topic, broker_id, p) for p in range(count))
+                if not holds_messages[topic]:
+                    holds_messages[topic] = any(consumer.latest_offset(topic, p) > 0 for p in range(count))
+    missing = [topic for topic, held in holds_messages.items() if not held]
+    if missing:
+        _missing_topics(missing, f"no broker of --broker-list {broker_list} holds a message of it (the 0.7 "
+                                 f"protocol cannot tell a topic that does not exist from an empty one)",
+                        loaded_topics, allow_missing_topics)
     return LoadSource(brokers, partitions)
+
+
+def _missing_topics(missing: list, where: str, known, allowed: bool) -> None:
+    if not allowed:
+        raise UnknownTopicError(missing, where, known,
+                                "--allow-missing-topics loads it once it exists, if waiting for it is intended")
+    log.warning("%s: %s; nothing of it to load yet (--allow-missing-topics)",
+                ", ".join(map(repr, missing)), where)
+
+
+def topics_of(offsets: dict) -> set:
+    """The topics of a state's offsets (keys made by ``partition_key``)."""
+    return {key.rpartition("/")[0] for key in offsets}
 
 
 def make_plan(source: LoadSource, stored: dict, max_bytes_per_partition: int = 0) -> list:

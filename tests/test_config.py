@@ -8,13 +8,18 @@ import os
 import pytest
 
 from mpbroker.config import (
+    ALIASES,
+    IGNORED_KEYS,
     KEYS,
+    KEYS_BY_NAME,
     BrokerConfig,
     ConfigError,
     config_from_properties,
+    control_socket_from_file,
     group_id,
     load_config,
     parse_properties,
+    setting_from_file,
 )
 from mpbroker.segments.log_config import HOUR_MS, LogConfig
 
@@ -141,6 +146,7 @@ EXPECTED_DEFAULTS = {
     "worker_heartbeat_timeout_ms": 30000,
     "control_socket": "",
     "control_socket_group": "",
+    "allow_unknown_keys": False,
     "log_level": "INFO",
     "metrics_enable": False,
     "metrics_host": "",
@@ -304,10 +310,34 @@ def test_config_does_not_share_the_callers_map():
 # --------------------------------------------------------------------------------------
 
 
-def test_unknown_key_warns_and_still_loads():
-    config, warnings = config_from_properties({"foo.bar": "1", "port": "9093"})
-    assert warnings == ["unknown configuration key 'foo.bar' ignored"]
-    assert config.port == 9093
+def test_unknown_key_is_refused_with_the_closest_known_name():
+    with pytest.raises(ConfigError) as refused:
+        config_from_properties({"log.retention.hour": "1", "port": "9093"})
+    message = str(refused.value)
+    assert message.startswith("unknown configuration key 'log.retention.hour' (did you mean 'log.retention.hours'?)")
+    assert "--allow-unknown-keys" in message and "allow.unknown.keys=true" in message
+
+
+def test_every_unknown_key_is_named_with_a_guess_where_there_is_one():
+    with pytest.raises(ConfigError) as refused:
+        config_from_properties({"zookeeper.conect": "z:1", "no.such.thing": "1", "port": "1"})
+    message = str(refused.value)
+    assert message.startswith("unknown configuration keys 'zookeeper.conect' (did you mean 'zookeeper.connect'?), "
+                              "'no.such.thing': fix them")
+
+
+@pytest.mark.parametrize("allowed", ["true", "yes", " 1 "])
+def test_allow_unknown_keys_turns_the_refusal_into_a_warning(allowed):
+    config, warnings = config_from_properties({"foo.bar": "1", "port": "9093", "allow.unknown.keys": allowed})
+    assert warnings == ["unknown configuration key 'foo.bar' ignored (allow.unknown.keys is true)"]
+    assert config.port == 9093 and config.allow_unknown_keys is True
+
+
+def test_allow_unknown_keys_false_still_refuses_and_a_bad_value_is_named():
+    with pytest.raises(ConfigError, match="^unknown configuration key 'foo'"):
+        config_from_properties({"foo": "1", "allow.unknown.keys": "false"})
+    with pytest.raises(ConfigError, match="^allow.unknown.keys: 'sometimes' is not a boolean"):
+        config_from_properties({"allow.unknown.keys": "sometimes"})
 
 
 @pytest.mark.parametrize(
@@ -406,6 +436,112 @@ def write(path, text):
     return str(path)
 
 
+# --------------------------------------------------------------------------------------
+# Later Kafka names
+# --------------------------------------------------------------------------------------
+
+LATER_NAMES = [
+    ("broker.id", "7", "brokerid", 7),
+    ("host.name", "10.1.2.3", "hostname", "10.1.2.3"),
+    ("log.dirs", "/data/kafka", "log_dir", "/data/kafka"),
+    ("log.dirs", " /data/kafka , ", "log_dir", "/data/kafka"),
+    ("zookeeper.connect", "zk1:2181/kafka", "zk_connect", "zk1:2181/kafka"),
+    ("zookeeper.session.timeout.ms", "9000", "zk_sessiontimeout_ms", 9000),
+    ("zookeeper.connection.timeout.ms", "8000", "zk_connectiontimeout_ms", 8000),
+    ("log.segment.bytes", "536870912", "log_file_size", 536870912),
+    ("log.retention.bytes", "1048576", "log_retention_size", 1048576),
+    ("log.retention.hours.per.topic", "clicks:24", "topic_log_retention_hours", {"clicks": 24}),
+    ("message.max.bytes", "2000000", "max_message_size", 2000000),
+    ("log.flush.interval.messages", "10000", "log_flush_interval", 10000),
+    ("log.flush.interval.ms", "1000", "log_default_flush_interval_ms", 1000),
+    ("log.flush.scheduler.interval.ms", "500", "log_default_flush_scheduler_interval_ms", 500),
+    ("log.flush.interval.ms.per.topic", "clicks:100", "topic_flush_intervals_ms", {"clicks": 100}),
+    ("socket.request.max.bytes", "4096", "max_socket_request_bytes", 4096),
+]
+
+
+@pytest.mark.parametrize("name, value, attribute, expected", LATER_NAMES)
+def test_later_kafka_names_set_the_07_key(name, value, attribute, expected):
+    config, warnings = config_from_properties({name: value})
+    assert warnings == []
+    assert getattr(config, attribute) == expected
+    assert config == config_with(**{attribute: value.strip(" ,")})
+
+
+def test_every_alias_names_a_key_that_exists_and_is_not_one_itself():
+    assert {name for name, *_ in LATER_NAMES} | {"socket.send.buffer.bytes", "socket.receive.buffer.bytes",
+                                                   "zookeeper.sync.time.ms"} == set(ALIASES)
+    for alias, target in ALIASES.items():
+        assert target in KEYS_BY_NAME or target in IGNORED_KEYS, alias
+        assert alias not in KEYS_BY_NAME and alias not in IGNORED_KEYS, alias
+
+
+def test_a_later_kafka_config_registers_in_zookeeper_as_its_broker_id():
+    """The issue's case: these three were warned about, and the broker ran as broker 0
+    in /tmp/kafka-logs without ZooKeeper."""
+    config, warnings = config_from_properties({"broker.id": "3", "log.dirs": "/data/kafka",
+                                               "zookeeper.connect": "zk1:2181", "enable.zookeeper": "true"})
+    assert (config.brokerid, config.log_dir, config.zk_connect, config.enable_zookeeper) == (
+        3, "/data/kafka", "zk1:2181", True)
+    assert warnings == []
+
+
+@pytest.mark.parametrize("name, reason", [("socket.send.buffer.bytes", "autotuning"),
+                                          ("socket.receive.buffer.bytes", "autotuning"),
+                                          ("zookeeper.sync.time.ms", "zk.sessiontimeout.ms")])
+def test_later_names_of_ignored_keys_warn_under_the_name_written(name, reason):
+    config, warnings = config_from_properties({name: "65536"})
+    assert len(warnings) == 1 and warnings[0].startswith(f"configuration key {name!r} ignored: ")
+    assert reason in warnings[0]
+    assert config == config_with()
+
+
+def test_several_log_dirs_are_refused():
+    with pytest.raises(ConfigError, match=r"^log\.dirs: '/a,/b' names 2 directories, but mpbroker keeps every "
+                                          r"partition under one directory"):
+        config_from_properties({"log.dirs": "/a,/b"})
+
+
+@pytest.mark.parametrize("alias, key", [("broker.id", "brokerid"), ("log.dirs", "log.dir"),
+                                        ("zookeeper.connect", "zk.connect"), ("message.max.bytes", "max.message.size")])
+def test_both_names_of_one_key_are_refused(alias, key):
+    later = rf"^{alias} and {key} are both set: {alias} is the later Kafka name of {key}"
+    with pytest.raises(ConfigError, match=later):
+        config_from_properties({alias: "1", key: "1"})
+
+
+def test_a_bad_value_under_a_later_name_is_refused_naming_that_name():
+    with pytest.raises(ConfigError, match=r"^broker\.id \(mpbroker's brokerid\): -1 is below the minimum 0"):
+        config_from_properties({"broker.id": "-1"})
+    with pytest.raises(ConfigError, match=r"^log\.segment\.bytes \(mpbroker's log\.file\.size\): 'big' is not an int"):
+        config_from_properties({"log.segment.bytes": "big"})
+    with pytest.raises(ConfigError, match=r"^log\.dirs \(mpbroker's log\.dir\): '' is empty"):
+        config_from_properties({"log.dirs": " , "})
+
+
+def test_an_override_under_either_name_replaces_the_files_setting(tmp_path):
+    path = write(tmp_path / "server.properties", "broker.id=4\nlog.dir=/from/file\n")
+    config, _ = load_config(path, ["brokerid=7", "log.dirs=/from/override"])
+    assert (config.brokerid, config.log_dir) == (7, "/from/override")
+    assert load_config(path)[0].brokerid == 4
+    both = write(tmp_path / "both.properties", "broker.id=4\nbrokerid=4\n")
+    with pytest.raises(ConfigError, match=rf"^broker\.id and brokerid are both set in {both}"):
+        load_config(both)
+    with pytest.raises(ConfigError, match=r"^broker\.id and brokerid are both set in the --override options"):
+        load_config(path, ["broker.id=1", "brokerid=2"])
+
+
+def test_ctl_reads_the_socket_and_zk_connect_under_either_name(tmp_path):
+    path = write(tmp_path / "server.properties", "log.dirs=/data/kafka\nzookeeper.connect=zk1:2181\n")
+    assert control_socket_from_file(path) == "/data/kafka/mpbroker.sock"
+    assert setting_from_file(path, "zk.connect") == ("zk1:2181", path)
+    assert setting_from_file(path, "zk.connect", ["zk.connect=zk2:2181"]) == ("zk2:2181", "--override")
+    assert setting_from_file(None, "log.dir", ["log.dirs=/x"]) == ("/x", "--override")
+    assert setting_from_file(None, "log.dir") == ("/tmp/kafka-logs", "default")
+    with pytest.raises(ConfigError, match="log.dirs: '/a,/b' names 2 directories"):
+        control_socket_from_file(None, ["log.dirs=/a,/b"])
+
+
 def test_load_config_from_a_file_with_overrides(tmp_path):
     path = write(
         tmp_path / "server.properties",
@@ -419,10 +555,32 @@ def test_load_config_from_a_file_with_overrides(tmp_path):
 
 
 def test_load_config_without_overrides(tmp_path):
-    path = write(tmp_path / "server.properties", "num.partitions=4\nbogus=1\n")
+    path = write(tmp_path / "server.properties", "num.partitions=4\n")
     config, warnings = load_config(path)
     assert config.num_partitions == 4
-    assert warnings == ["unknown configuration key 'bogus' ignored"]
+    assert warnings == []
+
+
+def test_load_config_names_the_file_or_override_of_an_unknown_key(tmp_path):
+    path = write(tmp_path / "server.properties", "num.partitions=4\nlog.retention.hour=5\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path)
+    assert str(refused.value).startswith(
+        f"unknown configuration key 'log.retention.hour' in {path} (did you mean 'log.retention.hours'?)")
+    path = write(tmp_path / "server.properties", "num.partitions=4\n")
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, ["brokerd=1"])
+    assert str(refused.value).startswith(
+        "unknown configuration key 'brokerd' in the --override options (did you mean 'brokerid'?)")
+
+
+def test_load_config_allows_unknown_keys_from_an_override_or_the_file(tmp_path):
+    path = write(tmp_path / "server.properties", "num.partitions=4\nbogus=1\n")
+    config, warnings = load_config(path, ["allow.unknown.keys=true"])
+    assert config.num_partitions == 4
+    assert warnings == [f"unknown configuration key 'bogus' in {path} ignored (allow.unknown.keys is true)"]
+    path = write(tmp_path / "server.properties", "allow.unknown.keys=true\nbogus=1\n")
+    assert load_config(path)[0].allow_unknown_keys
 
 
 @pytest.mark.parametrize("override", ["port", "=5", "  =5"])

@@ -5,12 +5,16 @@ and the group report all build their paths and parse their values with these.
 
     /brokers/ids/<broker id>                         "<creator id>:<host>:<port>"  ephemeral
     /brokers/topics/<topic>/<broker id>              "<partition count>"           ephemeral
-    /consumers/<group>/ids/<consumer id>             JSON subscription             ephemeral
+    /consumers/<group>/ids/<consumer id>             the subscription              ephemeral
     /consumers/<group>/owners/<topic>/<b>-<p>        "<consumer id>-<stream>"      ephemeral
     /consumers/<group>/offsets/<topic>/<b>-<p>       "<next offset>"               persistent
 
-A subscription is ``{"topic": streams, ...}``; a topic filter is written as the single
-key ``*<streams>*<regex>`` (whitelist) or ``!<streams>!<regex>`` (blacklist).
+A subscription is written as Kafka 0.7.1+ writes it (TopicCount.dbString): a list of
+topics as the JSON map ``{"topic": streams, ...}``, a topic filter as the raw text
+``*<streams>*<regex>`` (whitelist) or ``!<streams>!<regex>`` (blacklist) -- the whole
+node value, no JSON around it. Read are those forms and, for one release, the form
+mpbroker wrote before (the filter text as the single key of a JSON map,
+``{"*4*regex": 4}``), so a group can be restarted member by member onto this release.
 """
 
 import json
@@ -121,8 +125,18 @@ def consumer_path(group: str, consumer_id: str) -> str:
     return f"{consumer_ids_path(group)}/{check_consumer_id(consumer_id)}"
 
 
+def group_owners_path(group: str) -> str:
+    """The parent of the group's per-topic owner nodes."""
+    return f"{group_path(group)}/owners"
+
+
+def group_offsets_path(group: str) -> str:
+    """The parent of the group's per-topic committed offsets."""
+    return f"{group_path(group)}/offsets"
+
+
 def owners_path(group: str, topic: str) -> str:
-    return f"{group_path(group)}/owners/{check_topic(topic)}"
+    return f"{group_owners_path(group)}/{check_topic(topic)}"
 
 
 def owner_path(group: str, topic: str, partition: PartitionId) -> str:
@@ -130,7 +144,7 @@ def owner_path(group: str, topic: str, partition: PartitionId) -> str:
 
 
 def offsets_path(group: str, topic: str) -> str:
-    return f"{group_path(group)}/offsets/{check_topic(topic)}"
+    return f"{group_offsets_path(group)}/{check_topic(topic)}"
 
 
 def offset_path(group: str, topic: str, partition: PartitionId) -> str:
@@ -172,10 +186,11 @@ class Subscription(NamedTuple):
     streams: int = 0  # streams of the filter
 
     def value(self) -> bytes:
+        """The node value, in 0.7's forms (see the module docstring)."""
         if self.pattern is None:
             return json.dumps(self.topics, sort_keys=True).encode()
         mark = "*" if self.whitelist else "!"
-        return json.dumps({f"{mark}{self.streams}{mark}{self.pattern}": self.streams}).encode()
+        return f"{mark}{self.streams}{mark}{self.pattern}".encode()
 
     def streams_for(self, topic: str) -> int:
         """How many streams this consumer has for ``topic`` (0: not subscribed)."""
@@ -184,26 +199,42 @@ class Subscription(NamedTuple):
         return self.streams if topic_matches(self.pattern, self.whitelist, topic) else 0
 
 
-_FILTER_KEY_RE = re.compile(r"([*!])(\d+)\1(.*)\Z", re.S)
+_FILTER_RE = re.compile(r"([*!])(\d+)\1(.*)\Z", re.S)
 
 
 def parse_subscription(value: bytes) -> Subscription:
+    """A consumer's registration, in any form the module docstring lists; LayoutError
+    (naming the value) for anything else: not UTF-8, neither a filter nor a JSON map,
+    a topic name that cannot be one, a stream count below 1, a regex that does not
+    compile."""
     try:
-        data = json.loads(value.decode())
+        text = value.decode()
+        if text[:1] in ("*", "!"):  # 0.7.1+: the filter is the whole value
+            return _filter_subscription(text)
+        data = json.loads(text)
         if not isinstance(data, dict) or not data:
             raise ValueError
         if len(data) == 1:
             (key,) = data
-            match = _FILTER_KEY_RE.match(key)
-            if match:
-                re.compile(match.group(3))
-                return Subscription({}, match.group(3), match.group(1) == "*", int(match.group(2)))
-        topics = {check_topic(topic): int(count) for topic, count in data.items()}
-        if any(count < 1 for count in topics.values()):
-            raise ValueError
+            if key[:1] in ("*", "!"):  # mpbroker before this release: {"*4*regex": 4}
+                return _filter_subscription(key)
+        topics = {}
+        for topic, count in data.items():
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise ValueError
+            topics[check_topic(topic)] = count
         return Subscription(topics)
     except (UnicodeDecodeError, ValueError, TypeError, re.error, InvalidTopicError):
         raise LayoutError(f"consumer registration {value[:200]!r} is not a subscription") from None
+
+
+def _filter_subscription(text: str) -> Subscription:
+    match = _FILTER_RE.match(text)
+    if not match or int(match.group(2)) < 1:
+        raise ValueError(text)
+    pattern = match.group(3)
+    _compiled(pattern)  # re.error if it is not a regex
+    return Subscription({}, pattern, match.group(1) == "*", int(match.group(2)))
 
 
 def topic_matches(pattern: str, whitelist: bool, topic: str) -> bool:

@@ -21,7 +21,8 @@ Its life, driven by the supervisor over the control channel:
 4. On ``stop`` (or TERM) delete the nodes and close the session.
 
 Its state goes to the supervisor as ``zk_state`` messages, which ``mpbroker-ctl
-status`` shows.
+status`` shows; the first one saying ``registered`` after ``register`` is what the
+supervisor waits for (at most zk.connectiontimeout.ms) before it tells systemd READY=1.
 """
 
 import logging

@@ -117,12 +117,8 @@ class ProduceHandler:
         data = [produce.data for produce in group if produce.data]
         total_messages = sum(produce.messages for produce in group)
         partition_log = self._logs.get(topic, partition)
-        if partition_log is None and not data:  # only empty sets, and no log: nothing to write
-            for produce in group:
-                self._acknowledge(produce, 0, 0)
-            return
         try:
-            if partition_log is None:
+            if partition_log is None:  # an empty set creates it too, as in 0.7: how a client creates a topic
                 partition_log = self._logs.get_or_create(topic, partition)
                 self._publisher.add(partition_log)
         except (MPBrokerError, TableFullError, OSError) as exc:  # a log that cannot be opened or created

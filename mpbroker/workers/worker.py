@@ -2,7 +2,8 @@
 
 A worker owns the partitions its slot is assigned (``ownership.owner_slot``): it
 opens and recovers their logs, takes produce records from its request ring, appends,
-flushes on the policy (on background threads), runs retention, publishes each log's
+flushes on the policy (on background threads), runs retention (every
+``log.cleanup.interval.mins``, and at once on a reload), publishes each log's
 state in its partition table, checkpoints the logs' recovery points into ``log.dir``
 and answers through its answer ring.
 
@@ -316,9 +317,14 @@ class PartitionWorker:
         self.handler.config = config
         self.logs.reconfigure(config.log_config_for)
         set_level(config.log_level)
-        self._make_timers(monotonic_ms())
+        now = monotonic_ms()
+        self._make_timers(now)
         log.info("reloaded: flush every %d messages or %d ms, retention %d hours",
                  config.log_flush_interval, config.log_default_flush_interval_ms, config.log_retention_hours)
+        # The timers start again from now: without this, each reload would put retention
+        # off by a whole log.cleanup.interval.mins (reloads more often than that: never),
+        # and a retention an operator just lowered would wait for it too.
+        self._apply_retention(now)
 
     def _stop_gracefully(self) -> None:
         """Handle what is queued, flush every log, answer, close. A failed flush keeps

@@ -134,11 +134,6 @@ def test_second_broker_on_the_same_log_dir_is_refused(broker, broker_factory):
     assert "another broker is using log.dir" in result.stderr
 
 
-def test_unknown_keys_are_warned_about(broker_factory):
-    broker = broker_factory(**{"no.such.key": "1"})
-    assert "unknown configuration key 'no.such.key' ignored" in broker.output()
-
-
 def test_worker_that_cannot_open_its_logs_stops_the_broker(broker_factory, tmp_path):
     broker = broker_factory(start=False)
     partition_dir = os.path.join(broker.log_dir, "t-0")

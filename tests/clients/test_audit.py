@@ -5,6 +5,7 @@ that skipped a batch."""
 
 import io
 import json
+import time
 
 import pytest
 from hypothesis import given
@@ -18,15 +19,18 @@ from clients.audit_events import (
     decode_event,
     enclosing_window,
     encode_event,
+    format_duration_ms,
     parse_duration_ms,
+    smallest_fitting_window,
     window_start,
 )
 from clients.audit_ledger import AuditLedger
-from clients.audit_tool import audit
+from clients.audit_tool import AuditWindowError, audit
 from clients.audit_tool import main as audit_main
 from clients.console_consumer import main as console_consumer_main
 from clients.console_producer import main as console_producer_main
 from clients.mirror import Mirror
+from clients.unknown_topics import UnknownTopicError
 from clients.zk_consumer import ConsumerConnector
 from mpbroker.registry import layout
 
@@ -90,6 +94,17 @@ def test_windows_are_aligned_on_the_epoch_and_nest():
     for bad in ("", "m", "1 week", "-1s", "0.5ms"):
         with pytest.raises(ValueError):
             parse_duration_ms(bad)
+    assert [format_duration_ms(ms) for ms in (10_000, 60_000, 90_000, 1_500, 7_200_000, 86_400_000, 0)] == \
+        ["10s", "1m", "90s", "1500ms", "2h", "1d", "0ms"]
+    # the smallest window of at least the one asked for that every producer's window fits in
+    assert [smallest_fitting_window(asked, producers) for asked, producers in
+            [(7_000, [10_000]), (25_000, [10_000]), (60_000, [10_000]), (1_000, [10_000, 15_000]), (1, [1])]] == \
+        [10_000, 30_000, 60_000, 30_000, 1]
+
+
+@given(st.integers(1, 10**9))
+def test_a_formatted_duration_reads_back(milliseconds):
+    assert parse_duration_ms(format_duration_ms(milliseconds)) == milliseconds
 
 
 @given(st.integers(0, 2**40), st.integers(0, 2**40), st.sampled_from([1, 7, 1000, 60_000]))
@@ -133,6 +148,7 @@ def test_the_ledger_compares_per_producer_and_per_complete_window():
 
     reports = {r.start_ms: r for r in ledger.report(now_ms=184_999, grace_ms=5_000)}
     assert ledger.duplicate_events == 1 and len(ledger.misaligned_events) == 1
+    assert ledger.unfit_producers() == {("h", "b"): 45_000}  # 60 s is no multiple of b's 45 s
     zero = reports[0]
     assert (zero.produced, zero.received, zero.duplicates, zero.status) == (5, 6, 1, "extra")
     assert [(p.client, p.produced, p.received) for p in zero.producers] == [("a", 3, 3), ("b", 2, 3)]
@@ -325,9 +341,23 @@ def test_the_audit_across_a_mirror_finds_a_batch_the_mirror_skipped(make_cluster
                        "--topic", "events", "--window", "1s", "--grace", "0s", "--json"]) == 1
 
 
+def test_an_event_off_its_own_window_grid_is_kept_apart_from_producers_whose_window_does_not_fit():
+    ledger = AuditLedger("t", 20_000)
+    ledger.add_event(AuditEvent("h", "fits", 0, 10_000, 10_000, {"t": 1}, 0))
+    ledger.add_event(AuditEvent("h", "off-grid", 0, 5_000, 10_000, {"t": 1}, 0))  # 5 s is no start of 10 s windows
+    ledger.add_event(AuditEvent("h", "wide", 0, 0, 30_000, {"t": 1}, 0))
+    ledger.add_event(AuditEvent("h", "other-topic", 0, 0, 7_000, {"u": 1}, 0))  # counts no message of t
+    assert ledger.events == 1 and len(ledger.misaligned_events) == 2
+    assert ledger.unfit_producers() == {("h", "wide"): 30_000}
+
+
 def test_the_audit_tool_refuses_bad_arguments_and_reports_unreachable_zookeeper(capsys):
     assert audit_main(["--zookeeper", "127.0.0.1:1", "--topic", "t", "--window", "1 week"]) == 2
     assert audit_main(["--zookeeper", "127.0.0.1:1", "--topic", "../t"]) == 2
+    # what a user types when a second topic goes wrong: never an audit of the first alone
+    for typed in (["--topic", "t", "--topic"], ["--topic", "t", "u"], ["--topic", "t,u"], ["--topic", "t", "--topic="]):
+        assert audit_main(["--zookeeper", "127.0.0.1:1", *typed]) == 2, typed
+        assert capsys.readouterr().err.strip()
     assert audit_main(["--zookeeper", "127.0.0.1:1", "--topic", "t", "--zk-timeout-ms", "300"]) == 3
     assert "unreachable" in capsys.readouterr().err
 
@@ -339,3 +369,87 @@ def test_producer_audit_settings_are_checked():
         Producer(broker_list="127.0.0.1:1", audit_topic="../x")
     with pytest.raises(ValueError, match="audit.window.ms"):
         Producer(broker_list="127.0.0.1:1", audit_window_ms=0)
+
+
+# --- windows that do not fit, unknown topics, notes --------------------------------------------
+
+def _produce_audited(cluster, topic: str, count: int, window_ms: int):
+    """``count`` messages of an audited producer with windows of ``window_ms``, flushed;
+    returns "host/client" once its events count them all and the topic is registered."""
+    with cluster.producer(**{"audit.envelope": "true", "audit.window.ms": window_ms, "acks": "flush"}) as producer:
+        for index in range(count):
+            producer.send(topic, b"%s-%d" % (topic.encode(), index), key=b"%d" % index)
+        name = f"{producer.auditor.host}/{producer.auditor.client}"
+    wait_for_audit_counts(cluster, topic, count)
+    wait_for(lambda: cluster.registered(topic), 15, 0.05, f"{topic} registered")
+    return name
+
+
+def _tool(argv, capsys) -> tuple:
+    code = audit_main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_a_window_that_is_no_multiple_of_the_producers_and_an_unknown_topic_exit_2(make_cluster, capsys):
+    cluster = make_cluster("a")
+    producer = _produce_audited(cluster, "page-views", 50, 10_000)
+    zk = cluster.zk_connect
+    common = ["--zookeeper", zk, "--grace", "0s"]
+
+    # 7 s windows against the producer's 10 s: refused, naming its window (no table of EXTRA rows)
+    code, out, err = _tool([*common, "--topic", "page-views", "--window", "7s"], capsys)
+    assert (code, out) == (2, "")
+    assert (f"--window 7s (7000 ms) must be a multiple of the producers' audit.window.ms, which is 10000 ms (10s) "
+            f"for {producer}: try --window 10s") in err
+    code, out, err = _tool([*common, "--topic", "page-views", "--window", "25s"], capsys)
+    assert (code, out) == (2, "") and "try --window 30s" in err
+    with pytest.raises(AuditWindowError):
+        audit(zk, ["page-views"], 7_000)
+    code, out, err = _tool([*common, "--topic", "page-views", "--window", "20s"], capsys)
+    assert code == 0 and "OK: no discrepancy" in out, out + err
+
+    # a misspelled topic: refused with the registered name it is close to
+    code, out, err = _tool([*common, "--topic", "page-veiws", "--window", "10s"], capsys)
+    assert (code, out) == (2, "")
+    assert (f"unknown topic 'page-veiws' (did you mean 'page-views'?): not registered at {zk}, and no audit "
+            f"event at {zk} (_audit) counts it; --allow-missing-topics reports it as empty") in err
+    code, out, err = _tool([*common, "--topic", "page-views", "--topic", "page-veiws", "--window", "10s"], capsys)
+    assert code == 2 and "'page-veiws'" in err and "topic 'page-views'" not in err
+    code, out, err = _tool([*common, "--topic", "page-veiws", "--window", "10s", "--allow-missing-topics"], capsys)
+    assert code == 0, out + err
+    assert f"note: page-veiws: not registered at {zk} and counted by no audit event" in out
+    with pytest.raises(UnknownTopicError):
+        audit(zk, ["page-veiws"], 10_000)
+    code, out, err = _tool(["--zookeeper", zk + "-typo", "--topic", "page-views"], capsys)  # a chroot with nothing
+    assert (code, out) == (2, "") and "is the chroot right?" in err
+
+    # a topic the events count but that never arrived is no typo: its window is MISSING
+    start = window_start(int(time.time() * 1000) - 60_000, 10_000)
+    with cluster.producer(acks="flush") as forger:
+        forger.send("_audit", encode_event(AuditEvent("ghost", "1-000000", 0, start, 10_000, {"lost": 7},
+                                                      start + 10_000)))
+    wait_for_audit_counts(cluster, "lost", 7)
+    code, out, err = _tool([*common, "--topic", "lost", "--window", "10s"], capsys)
+    assert code == 1 and "MISSING +7" in out, out + err
+
+
+def test_an_event_off_its_window_grid_gets_a_note_that_says_so(make_cluster):
+    """The first note must not say that no audit event counts the topic when one does."""
+    cluster = make_cluster("a")
+    start = window_start(int(time.time() * 1000) - 60_000, 10_000)
+    with cluster.producer(acks="flush") as producer:
+        producer.send("clicks", [envelope.wrap(b"click-%d" % i, start + 1_000 + i, i, "web-1", "1-abcdef")
+                                 for i in range(3)])
+        producer.send("_audit", encode_event(AuditEvent("web-1", "1-abcdef", 4, start + 5_000, 10_000, {"clicks": 3},
+                                                        start + 20_000)))
+    wait_for_audit_counts(cluster, "clicks", 3)
+    wait_for(lambda: cluster.registered("clicks"), 15, 0.05, "clicks registered")
+
+    result = audit(cluster.zk_connect, ["clicks"], 10_000, grace_ms=0)
+
+    assert result["notes"][0] == (f"clicks: producer web-1/1-abcdef published event 4 for a window starting at "
+                                  f"{start + 5_000}, not a start of its windows of 10000 ms: its count (3) was "
+                                  f"left out (a damaged event?)")
+    assert not any("no audit event counts" in note for note in result["notes"])
+    assert result["problems"] >= 1 and result["topics"][0]["misaligned_events"] == 1

@@ -1,5 +1,6 @@
 """clients.SimpleConsumer against real brokers: fetch, multifetch, OFFSETS, iteration with
-fetch-size growth, offset-out-of-range handling, following a log, reconnection."""
+fetch-size growth, offset-out-of-range handling, offsets inside messages, damaged
+messages, following a log, reconnection."""
 
 import glob
 import os
@@ -17,9 +18,10 @@ from clients import (
     SimpleConsumer,
 )
 from clients.consumer import EARLIEST_TIME, LATEST_TIME
+from clients.errors import CorruptMessageError, NotAMessageBoundaryError
 from clients.partitioner import default_partitioner
-from mpbroker.errors import WrongPartitionError
-from mpbroker.segments.message import encode_message_set
+from mpbroker.errors import InvalidMessageError, WrongPartitionError
+from mpbroker.segments.message import V1_OVERHEAD, encode_message_set
 
 from .helpers import HOST, PARTITIONS, broker_list, set_bytes
 
@@ -51,7 +53,9 @@ def test_fetch_and_iteration_with_consistent_offsets(broker):
         assert message_set.next_offsets == ends
         assert message_set.next_offset == ends[-1] == consumer.latest_offset("fetched", 2)
         assert not message_set.truncated and len(message_set) == 6
-        assert list(message_set) == [MessageAndOffset(p, o) for p, o in zip(everything, ends)]
+        starts = [0] + ends[:-1]
+        assert list(message_set) == [MessageAndOffset(p, o, None, s) for p, o, s in zip(everything, ends, starts)]
+        assert message_set.offsets == starts
         # resuming at any reported offset gives exactly the rest
         for index, offset in enumerate(ends):
             assert consumer.fetch("fetched", 2, offset).payloads == everything[index + 1:]
@@ -186,6 +190,11 @@ def test_offset_out_of_range_and_auto_reset(broker, bad_offset):
         with pytest.raises(OffsetOutOfRangeError) as caught:
             list(consumer.messages("reset", 1, offset))
         assert caught.value.offset == offset
+        assert (caught.value.log_start, caught.value.log_end) == (0, end)
+        if bad_offset == "past_end":
+            assert str(caught.value) == f"offset {offset} is past the log end {end} of reset-1"
+        else:
+            assert str(caught.value) == f"offset {offset} is before the log start 0 of reset-1"
         smallest = list(consumer.messages("reset", 1, offset, auto_offset_reset="smallest"))
         assert [m.payload for m in smallest] == payloads
         assert list(consumer.messages("reset", 1, offset, auto_offset_reset="largest")) == []
@@ -310,3 +319,130 @@ def test_message_sets_is_the_bulk_form_of_messages(broker):
         singles = list(consumer.messages("bulk", partition, 0))
         assert [m.payload for m in singles] == payloads
         assert [m.next_offset for m in singles] == sum((s.next_offsets for s in sets), [])
+
+
+# --- offsets inside messages, damaged messages -------------------------------------------------
+
+
+def segment_file(broker, topic, partition, base=0):
+    return os.path.join(broker.log_dir, f"{topic}-{partition}", "%020d.kafka" % base)
+
+
+def damage(path, position):
+    """Flip the bits of one byte of a segment file in place (the broker serves the file as it is)."""
+    with open(path, "r+b") as segment:
+        segment.seek(position)
+        byte = segment.read(1)
+        segment.seek(position)
+        segment.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_an_offset_inside_a_message_names_the_nearest_message_start(broker_factory):
+    broker = broker_factory(log_file_size=300)
+    for i in range(8):  # 2 sets of 53 bytes per ~300-byte segment
+        produce(broker, "walk", {1: [b"%02d-" % i + b"x" * 40, b"%02d-" % i + b"y" * 40]})
+    size = set_bytes([b"00-" + b"x" * 40])
+    bases = sorted(int(os.path.basename(f)[:20]) for f in glob.glob(os.path.join(broker.log_dir, "walk-1", "*.kafka")))
+    assert len(bases) >= 3
+    starts = list(range(0, 16 * size, size))
+    with SimpleConsumer(HOST, broker.port, fetch_size=4096) as consumer:
+        for start in starts:  # every message start is its own nearest start, in every segment
+            assert consumer.nearest_message_start("walk", 1, start) == start
+            assert consumer.fetch("walk", 1, start).payloads
+        for inside, nearest in ((1, 0), (size - 1, 0), (bases[2] + size + 3, bases[2] + size),
+                                (bases[-1] + 10, bases[-1]), (starts[-1] + V1_OVERHEAD + 5, starts[-1])):
+            assert consumer.nearest_message_start("walk", 1, inside) == nearest
+            with pytest.raises(NotAMessageBoundaryError) as caught:
+                consumer.fetch("walk", 1, inside)
+            assert (caught.value.topic, caught.value.partition, caught.value.offset, caught.value.nearest) \
+                == ("walk", 1, inside, nearest)
+            assert str(caught.value) == (f"{inside} is not the start of a message in walk-1; "
+                                         f"the nearest earlier message starts at {nearest}")
+            with pytest.raises(NotAMessageBoundaryError) as caught:
+                list(consumer.messages("walk", 1, inside))
+            assert caught.value.nearest == nearest
+        # the nearest start reads on from there without losing a message
+        assert len(list(consumer.messages("walk", 1, nearest))) == 1
+
+
+def test_the_walk_jumps_over_messages_larger_than_its_fetches(broker_factory):
+    broker = broker_factory(max_message_size=3_000_000)
+    big = os.urandom(1_500_000)  # larger than the walk's 1 MiB fetches
+    payloads = [b"first", big, b"third", b"fourth"]
+    produce(broker, "jump", {0: payloads}, max_message_size=3_000_000)
+    starts = [set_bytes(payloads[:i]) for i in range(len(payloads))]
+    with SimpleConsumer(HOST, broker.port, fetch_size=1024) as consumer:
+        assert consumer.nearest_message_start("jump", 0, starts[1] + 700_000) == starts[1]
+        assert consumer.nearest_message_start("jump", 0, starts[3] + 2) == starts[3]
+        assert consumer.nearest_message_start("jump", 0, starts[2]) == starts[2]
+        with pytest.raises(NotAMessageBoundaryError) as caught:
+            list(consumer.messages("jump", 0, starts[1] + 700_000))
+        assert caught.value.nearest == starts[1]
+
+
+def test_an_offset_inside_a_large_payload_stops_at_once_instead_of_growing_the_fetch(broker):
+    """Bytes of the payload read as a length of 2 GB: no fetch of the whole partition, no overflow."""
+    payloads = [b"x" * 50_000 for _ in range(40)]  # 2 MB; b"xxxx" read as a length is 0x78787878
+    produce(broker, "garbage", {0: payloads})
+    inside = set_bytes(payloads[:3]) + V1_OVERHEAD + 100
+    with SimpleConsumer(HOST, broker.port, fetch_size=1024) as consumer:
+        head = consumer.fetch("garbage", 0, inside)
+        assert head.payloads == [] and head.first_length == 0x78787878
+        with pytest.raises(NotAMessageBoundaryError) as caught:
+            list(consumer.messages("garbage", 0, inside))
+        assert caught.value.nearest == set_bytes(payloads[:3])
+
+
+def test_the_fetch_size_grows_to_the_message_at_once_but_not_past_max_fetch_size(broker):
+    big = os.urandom(100 * 1024)
+    produce(broker, "grow", {0: [b"small", big]})
+    start = set_bytes([b"small"])
+    with SimpleConsumer(HOST, broker.port, fetch_size=1024, max_fetch_size=1 << 20) as consumer:
+        head = consumer.fetch("grow", 0, start)
+        assert consumer.grow_fetch_size(head, 1024) == set_bytes([big]), "one step to the size it needs"
+    with SimpleConsumer(HOST, broker.port, fetch_size=1024, max_fetch_size=64 * 1024) as consumer:
+        with pytest.raises(MessageSizeTooLargeError, match=f"{set_bytes([big])} bytes, larger than max_fetch_size"):
+            consumer.grow_fetch_size(consumer.fetch("grow", 0, start), 1024)
+    with pytest.raises(ValueError):
+        SimpleConsumer(HOST, broker.port, max_fetch_size=1 << 31)
+
+
+def test_a_damaged_message_comes_after_the_valid_ones_before_it(broker):
+    payloads = [b"good-%d" % i for i in range(3)] + [b"damaged"] + [b"after-%d" % i for i in range(2)]
+    produce(broker, "damaged", {2: payloads})
+    bad = set_bytes(payloads[:3])
+    damage(segment_file(broker, "damaged", 2), bad + V1_OVERHEAD + 2)  # a payload byte: the CRC fails
+    with SimpleConsumer(HOST, broker.port) as consumer:
+        seen = []
+        with pytest.raises(CorruptMessageError) as caught:
+            for message in consumer.messages("damaged", 2, 0):
+                seen.append(message.payload)
+        assert seen == payloads[:3], "the valid messages before it first"
+        assert isinstance(caught.value, InvalidMessageError) and caught.value.offset == bad
+        assert str(caught.value) == f"message at offset {bad} of damaged-2 fails its CRC check"
+        message_set = consumer.fetch("damaged", 2, 0)  # the valid prefix, the damage noted
+        assert message_set.payloads == payloads[:3] and message_set.next_offset == bad
+        assert message_set.corrupt.offset == bad
+        with pytest.raises(CorruptMessageError):
+            list(message_set)
+        with pytest.raises(CorruptMessageError) as caught:  # at a message start: damage, not a bad offset
+            consumer.fetch("damaged", 2, bad)
+        assert caught.value.offset == bad
+        sets = consumer.multifetch([("damaged", 2, 0, 1 << 20), ("damaged", 2, bad, 1 << 20)])
+        assert sets[0].check().payloads == payloads[:3]
+        with pytest.raises(CorruptMessageError):
+            sets[1].check()
+        after = bad + set_bytes([b"damaged"])
+        assert [m.payload for m in consumer.messages("damaged", 2, after)] == payloads[4:]
+
+
+def test_a_damaged_length_at_a_message_start_is_damage_not_a_bad_offset(broker):
+    payloads = [b"one", b"two", b"three"]
+    produce(broker, "badlength", {0: payloads})
+    second = set_bytes(payloads[:1])
+    with open(segment_file(broker, "badlength", 0), "r+b") as segment:
+        segment.seek(second)
+        segment.write((1 << 24).to_bytes(4, "big"))  # claims 16 MB, the log holds a few bytes more
+    with SimpleConsumer(HOST, broker.port) as consumer:
+        with pytest.raises(CorruptMessageError, match=f"at offset {second} of badlength-0 has length {1 << 24}"):
+            list(consumer.messages("badlength", 0, 0))

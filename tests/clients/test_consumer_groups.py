@@ -3,6 +3,8 @@ splitting a group's partitions, rebalancing when members or brokers come and go,
 filters, offsets across restarts, session expiry, ZooKeeper restarts; plus the pure
 range assignment and layout codecs."""
 
+import json
+import logging
 import signal
 import subprocess
 import sys
@@ -16,6 +18,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from clients.consumer_settings import ConsumerSettings
+from clients.group_report import describe_group
 from clients.message_stream import ConsumerTimeoutError
 from clients.producer import Producer
 from clients.rebalance import assign_range
@@ -59,7 +62,7 @@ def test_subscriptions_round_trip_and_filters_match_whole_names():
     static = layout.Subscription({"clicks": 2, "views": 1})
     assert layout.parse_subscription(static.value()) == static
     white = Whitelist("logs-.*,audit").subscription(3)
-    assert white.value() == b'{"*3*logs-.*,audit": 3}'
+    assert white.value() == b"*3*logs-.*,audit"  # Kafka 0.7.1+'s form: the raw text, no JSON
     parsed = layout.parse_subscription(white.value())
     assert parsed.streams_for("logs-a") == 3 and parsed.streams_for("audit") == 3
     assert parsed.streams_for("xlogs-a") == 0 and parsed.streams_for("auditx") == 0
@@ -326,6 +329,72 @@ def test_a_whitelist_picks_up_topics_created_later(cluster):
     assert sorted(payloads_of(received)) == [b"a1", b"a2", b"b1", b"b2", b"b3"]
     assert sorted(connector.owned_partitions()) == ["logs-a", "logs-b"]
     assert {m.topic for m in received} == {"logs-a", "logs-b"}
+
+
+ALL_PARTITIONS = sorted(layout.PartitionId(b, p) for b in (1, 2) for p in range(4))
+
+
+def share_of(connector, streams: int, others: dict) -> list:
+    """The partitions the range assignment gives ``connector``'s ``streams`` streams when the
+    group also has the members ``others`` ({consumer id: streams})."""
+    ours = [layout.stream_id(connector.consumer_id, i) for i in range(streams)]
+    theirs = [layout.stream_id(member, i) for member, count in others.items() for i in range(count)]
+    assignment = assign_range(ALL_PARTITIONS, ours + theirs)
+    return sorted(p for stream in ours for p in assignment[stream])
+
+
+def test_members_registered_in_kafka_0_7_forms_count_in_the_range_assignment(cluster):
+    """A Kafka 0.7 member's raw filter text, and mpbroker's earlier JSON-wrapped filter,
+    are read as subscriptions: their streams take their share of the partitions
+    (these members are nodes written here, so nobody claims that share)."""
+    cluster.produce("mix", [b"m"] * 40)
+    cluster.wait_registered("mix", 8)
+    cluster.zk.create("/consumers/mixed/ids/java-0.7-a", b"*2*mi.*", ephemeral=True, makepath=True)
+    connector = cluster.connector("mixed", consumer_timeout_ms=300)
+    connector.create_message_streams({"mix": 2})
+    assert json.loads(cluster.zk.get(f"/consumers/mixed/ids/{connector.consumer_id}")[0]) == {"mix": 2}
+
+    def owns(expected):
+        wait_for(lambda: connector.owned_partitions().get("mix", []) == expected, 15, 0.05,
+                 what=f"{connector.consumer_id} to own {[p.node() for p in expected]}")
+    expected = share_of(connector, 2, {"java-0.7-a": 2})
+    assert 0 < len(expected) < 8
+    owns(expected)
+    cluster.zk.create("/consumers/mixed/ids/mpbroker-old-b", b'{"!3!other": 3}', ephemeral=True)  # takes "mix"
+    expected = share_of(connector, 2, {"java-0.7-a": 2, "mpbroker-old-b": 3})
+    owns(expected)
+    assert len(expected) == 2  # 8 partitions over 7 streams
+    cluster.zk.delete("/consumers/mixed/ids/java-0.7-a")
+    cluster.zk.delete("/consumers/mixed/ids/mpbroker-old-b")
+    owns(ALL_PARTITIONS)
+
+
+def test_an_unreadable_member_is_warned_about_once_and_the_others_take_every_partition(cluster, caplog):
+    sent = cluster.produce("odd", [f"o{i}".encode() for i in range(300)])
+    cluster.wait_registered("odd", 8)
+    cluster.zk.create("/consumers/oddgroup/ids/odd-one", b"{not a subscription", ephemeral=True, makepath=True)
+    caplog.set_level(logging.WARNING, logger="clients.zk_consumer")
+    connector = cluster.connector("oddgroup", consumer_timeout_ms=300)
+    (stream,) = connector.create_message_streams_by_filter(Whitelist("odd"), 1)
+    assert cluster.zk.get(f"/consumers/oddgroup/ids/{connector.consumer_id}")[0] == b"*1*odd"  # 0.7's form
+    wait_for(lambda: connector.owned_partitions().get("odd", []) == ALL_PARTITIONS, 15, what="all 8 owned")
+    # Two more rebalances (a readable member comes and goes): the warning is not repeated.
+    cluster.zk.create("/consumers/oddgroup/ids/zz-readable", b"*1*odd", ephemeral=True)
+    wait_for(lambda: len(connector.owned_partitions().get("odd", [])) == 4, 15, what="the split with zz-readable")
+    cluster.zk.delete("/consumers/oddgroup/ids/zz-readable")
+    wait_for(lambda: connector.owned_partitions().get("odd", []) == ALL_PARTITIONS, 15, what="all 8 again")
+    received = []
+    drain(stream, received).join(30)
+    assert sorted(payloads_of(received)) == sorted(sent)
+
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "odd-one" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "group oddgroup: member odd-one registered b'{not a subscription'" in warnings[0]
+    report = describe_group(cluster.zk_connect, "oddgroup")
+    members = {m["consumer_id"]: m for m in report["members"]}
+    assert members["odd-one"]["subscription"] == {"kind": "invalid", "value": "{not a subscription"}
+    assert members["odd-one"]["owned"] == [] and len(members[connector.consumer_id]["owned"]) == 8
+    assert any(note.startswith("member odd-one: ") for note in report["notes"])
 
 
 def spawn_members(cluster, group: str, topic: str, outputs) -> list:

@@ -18,12 +18,15 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import UTC, datetime
 
 import pytest
 from kazoo.client import KazooClient
 
+from clients import group_admin
 from clients.consumer import SimpleConsumer
 from clients.group_report import describe_group, list_groups
+from clients.offset_targets import LATEST
 from clients.producer import Producer
 from clients.zk_consumer import ConsumerConnector
 from mpbroker.registry.zk_client import start_client
@@ -156,11 +159,13 @@ class Lines:
 
 
 def labelled(output: bytes) -> list:
-    """``<broker>-<partition>\\t<next offset>\\t<payload>`` lines -> [(broker, partition, offset, payload)]."""
+    """``<broker>-<partition>\\toffset=<o> next_offset=<next offset>\\t<payload>`` lines
+    -> [(broker, partition, next offset, payload)]."""
     parsed = []
     for line in output.splitlines():
-        label, offset, payload = line.split(b"\t")
+        label, offsets, payload = line.split(b"\t")
         broker_id, partition = label.split(b"-")
+        offset = offsets.split(b" next_offset=")[1]
         parsed.append((int(broker_id), int(partition), int(offset), payload))
     return parsed
 
@@ -273,7 +278,9 @@ def test_describe_group_members_owners_offsets_and_lag(cluster):
             assert row["committed_offset"] == expected_committed[key]
             assert row["log_end_offset"] == log_ends[key]
             assert row["lag"] == log_ends[key] - expected_committed[key]
+            assert row["lag_messages_estimate"] == row["lag"] // size and row["lag_messages_exact"]
         assert topic["lag"] == report["lag"] == (total - taken) * size, "lag in bytes: N-K messages"
+        assert topic["lag_messages_estimate"] == report["lag_messages_estimate"] == total - taken
         assert report["lag_complete"] and report["notes"] == []
 
         cli = groups_tool("--zookeeper", cluster.zk_connect, "--group", "laggers", "--json")
@@ -285,10 +292,12 @@ def test_describe_group_members_owners_offsets_and_lag(cluster):
         assert f"lag {(total - taken) * size} bytes" in text
         assert connector.consumer_id in text and "lag:1" in text
         header = next(line for line in text.splitlines() if line.startswith("topic"))
-        assert header.split() == ["topic", "partition", "owner", "committed", "log_end", "lag"]
+        assert header.split() == ["topic", "partition", "owner", "committed", "log_end", "lag", "lag_msgs"]
         row = next(line for line in text.splitlines() if line.startswith("lag  ") and " 1-0 " in line)
+        lag_1_0 = log_ends[(1, 0)] - expected_committed[(1, 0)]
         assert row.split() == ["lag", "1-0", stream_id, str(expected_committed[(1, 0)]),
-                               str(log_ends[(1, 0)]), str(log_ends[(1, 0)] - expected_committed[(1, 0)])]
+                               str(log_ends[(1, 0)]), str(lag_1_0), str(lag_1_0 // size)]
+        assert f"lag {(total - taken) * size} bytes, {total - taken} messages" in text, "counted: all within a fetch"
         listing = groups_tool("--zookeeper", cluster.zk_connect, "--json")
         assert listing.returncode == 0, listing.stderr
         groups = {g["group"]: g for g in json.loads(listing.stdout)["groups"]}
@@ -403,10 +412,293 @@ def test_console_consumer_usage_errors_exit_2(args):
     assert result.stdout == b""
 
 
-@pytest.mark.parametrize("args", [[], ["--zookeeper", f"{HOST}:1", "--group", "a b"],
-                                  ["--zookeeper", f"{HOST}:1", "--zk-timeout-ms", "x"]],
-                         ids=["no-zookeeper", "bad-group", "bad-timeout"])
+ZK = ["--zookeeper", f"{HOST}:1"]  # never contacted: the arguments are refused first
+
+
+@pytest.mark.parametrize("args", [
+    [], [*ZK, "--group", "a b"], [*ZK, "--zk-timeout-ms", "x"],
+    [*ZK, "--describe"], [*ZK, "--list", "--group", "g"], [*ZK, "--delete"], [*ZK, "--list", "--describe"],
+    [*ZK, "--group", "g", "--reset-offsets"], [*ZK, "--reset-offsets", "--to-earliest"],
+    [*ZK, "--group", "g", "--to-earliest"], [*ZK, "--group", "g", "--execute"],
+    [*ZK, "--group", "g", "--reset-offsets", "--to-earliest", "--to-latest"],
+    [*ZK, "--group", "g", "--reset-offsets", "--to-datetime", "yesterday"],
+    [*ZK, "--group", "g", "--reset-offsets", "--to-offset", "-1"],
+    [*ZK, "--group", "g", "--reset-offsets", "--to-offset", "x"],
+    [*ZK, "--group", "g", "--reset-offsets", "--to-earliest", "--topic", "../t"],
+    [*ZK, "--group", "g", "--reset-offsets", "--to-earliest", "--topic", "t:1-x"],
+], ids=["no-zookeeper", "bad-group", "bad-timeout", "describe-without-group", "list-with-group",
+        "delete-without-group", "two-actions", "reset-without-target", "reset-without-group", "target-without-reset",
+        "execute-without-reset", "two-targets", "bad-datetime", "negative-offset", "offset-not-a-number",
+        "bad-topic", "bad-partition"])
 def test_groups_tool_usage_errors_exit_2(args):
     result = groups_tool(*args)
-    assert result.returncode == 2
+    assert result.returncode == 2, result.stderr
     assert result.stdout == b""
+    assert result.stderr.startswith(b"usage:") or result.stderr.startswith(b"mpbroker-groups: "), result.stderr
+
+
+# --- --list and --describe ---------------------------------------------------------------
+
+def test_list_and_describe_as_kafka_consumer_groups_spells_them(cluster):
+    produced = cluster.produce("listed", payloads("listed", 8))
+    run = console_consumer(cluster.zk_connect, "--group", "listers", "--topic", "listed", "--from-beginning",
+                           "--max-messages", str(len(produced)))
+    assert run.returncode == 0, run.stderr
+    listing = groups_tool("--zookeeper", cluster.zk_connect, "--list")
+    assert listing.returncode == 0, listing.stderr
+    names = listing.stdout.decode().splitlines()
+    assert "listers" in names and names == sorted(names) and all(" " not in name for name in names)
+    as_json = json.loads(groups_tool("--zookeeper", cluster.zk_connect, "--list", "--json").stdout)
+    assert as_json == {"groups": names}
+    described = groups_tool("--zookeeper", cluster.zk_connect, "--describe", "--group", "listers", "--json")
+    assert described.returncode == 0, described.stderr
+    assert json.loads(described.stdout) == describe_group(cluster.zk_connect, "listers")
+    assert groups_tool("--zookeeper", cluster.zk_connect, "--describe", "--group", "nobody").returncode == 1
+
+
+# --- resetting offsets ---------------------------------------------------------------------
+
+def reset(cluster, group, *args):
+    return groups_tool("--zookeeper", cluster.zk_connect, "--group", group, "--reset-offsets", *args)
+
+
+def plan_rows(stdout: bytes) -> dict:
+    """The plan's table: ``{(topic, node): (current, new)}``."""
+    lines = stdout.decode().splitlines()
+    header = lines.index(next(line for line in lines if line.split()[:4] == ["topic", "partition", "current", "new"]))
+    rows = {}
+    for line in lines[header + 1:]:
+        cells = line.split()
+        if len(cells) != 4 or line.startswith(("problem:", "note:")):
+            break
+        rows[(cells[0], cells[1])] = (cells[2], cells[3])
+    return rows
+
+
+def test_reset_offsets_dry_run_then_execute_and_the_group_reads_from_there(cluster):
+    topic, group = "rewind", "rewinders"
+    produced = cluster.produce(topic, payloads("rewind", 40))  # 5 messages in each of the 8 partitions
+    size = set_bytes([produced[0][2]])
+    run = console_consumer(cluster.zk_connect, "--group", group, "--topic", topic, "--from-beginning",
+                           "--max-messages", "40")
+    assert run.returncode == 0, run.stderr
+    ends = cluster.log_ends(topic)
+    assert cluster.committed(group, topic) == ends
+
+    dry = reset(cluster, group, "--to-earliest")
+    assert dry.returncode == 0, dry.stderr
+    assert "dry run, nothing written" in dry.stdout.decode()
+    assert plan_rows(dry.stdout) == {(topic, f"{b}-{p}"): (str(ends[(b, p)]), "0") for b, p in ends}
+    assert cluster.committed(group, topic) == ends, "a dry run writes nothing"
+
+    done = reset(cluster, group, "--to-earliest", "--execute")
+    assert done.returncode == 0, done.stderr
+    assert "wrote 8 offsets" in done.stdout.decode()
+    assert cluster.committed(group, topic) == {key: 0 for key in ends}
+    again = console_consumer(cluster.zk_connect, "--group", group, "--topic", topic, "--max-messages", "40")
+    assert again.returncode == 0, again.stderr
+    assert sorted(again.stdout.splitlines()) == sorted(p for _, _, p in produced), "everything again"
+
+    # One partition to its end, another to its third message, by JSON.
+    latest = reset(cluster, group, "--to-latest", "--topic", f"{topic}:1-0", "--execute", "--json")
+    assert latest.returncode == 0, latest.stderr
+    plan = json.loads(latest.stdout)
+    assert plan["executed"] and plan["group"] == group and plan["target"] == "latest"
+    assert [(p["node"], p["current_offset"], p["new_offset"]) for p in plan["partitions"]] == \
+        [("1-0", ends[(1, 0)], ends[(1, 0)])]
+    reset(cluster, group, "--to-earliest", "--execute")
+    third = reset(cluster, group, "--to-offset", str(2 * size), "--topic", f"{topic}:2-1", "--execute")
+    assert third.returncode == 0, third.stderr
+    expected = {key: 0 for key in ends}
+    expected[(2, 1)] = 2 * size
+    assert cluster.committed(group, topic) == expected
+    # "T:0" is partition 0 of every broker.
+    zero = reset(cluster, group, "--to-latest", "--topic", f"{topic}:0")
+    assert set(plan_rows(zero.stdout)) == {(topic, "1-0"), (topic, "2-0")}
+
+
+@pytest.mark.parametrize("offset, why", [
+    ("mid", b"is not the start of a message"),
+    ("past", b"is outside the log"),
+])
+def test_reset_to_an_offset_that_is_no_message_start_is_refused(cluster, offset, why):
+    topic, group = f"badoffset-{offset}", f"badoffsets-{offset}"
+    produced = cluster.produce(topic, payloads(topic, 24))
+    size = set_bytes([produced[0][2]])
+    end = cluster.log_end(topic, 1, 0)
+    reset(cluster, group, "--to-earliest", "--topic", topic, "--execute")
+    before = cluster.committed(group, topic)
+    target = size + size // 2 if offset == "mid" else end + size
+    result = reset(cluster, group, "--to-offset", str(target), "--topic", f"{topic}:1-0", "--execute")
+    assert result.returncode == 2, result.stderr
+    assert why in result.stdout and b"nothing written: 1 partition without a new offset" in result.stdout
+    assert plan_rows(result.stdout) == {(topic, "1-0"): ("0", "-")}
+    assert cluster.committed(group, topic) == before
+
+
+def test_reset_and_delete_are_refused_while_the_group_has_live_members(cluster):
+    topic, group = "busy", "busybodies"
+    cluster.produce(topic, payloads("busy", 16))
+    connector = ConsumerConnector({"zk.connect": cluster.zk_connect, "groupid": group, "autocommit.enable": "false"})
+    try:
+        connector.create_message_streams({topic: 1})
+        wait_for(lambda: len(cluster.children(f"/consumers/{group}/owners/{topic}")) == 8, what="owners")
+
+        def committed_everywhere():  # each fetcher commits its start once it has one
+            connector.commit_offsets()
+            return len(cluster.committed(group, topic)) == 8
+        wait_for(committed_everywhere, interval=0.2, what="offsets committed")
+        before = cluster.committed(group, topic)
+
+        refused = reset(cluster, group, "--to-latest", "--execute")
+        assert refused.returncode == 1, refused.stderr
+        stderr = refused.stderr.decode()
+        assert f"group '{group}' has 1 live member: {connector.consumer_id}" in stderr
+        assert "would commit its own offsets over the new ones" in stderr
+        assert refused.stdout == b""
+        dry = reset(cluster, group, "--to-latest")
+        assert dry.returncode == 0, dry.stderr
+        assert "--execute refuses until they have stopped" in dry.stdout.decode()
+        deleted = groups_tool("--zookeeper", cluster.zk_connect, "--group", group, "--delete")
+        assert deleted.returncode == 1 and b"would recreate the group" in deleted.stderr
+        assert cluster.committed(group, topic) == before
+    finally:
+        connector.shutdown()
+
+    deleted = groups_tool("--zookeeper", cluster.zk_connect, "--group", group, "--delete")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.decode().strip() == \
+        f"deleted consumer group {group} (committed offsets of 8 partitions in 1 topic)"
+    assert not cluster.zk.exists(f"/consumers/{group}")
+    assert group not in groups_tool("--zookeeper", cluster.zk_connect, "--list").stdout.decode().splitlines()
+    assert groups_tool("--zookeeper", cluster.zk_connect, "--group", group, "--delete").returncode == 1
+
+
+def test_lag_in_messages_is_estimated_beyond_one_fetch(cluster):
+    topic, group = "bulky", "bulk-readers"
+    big = [b"%04d" % i + b"x" * 996 for i in range(200)]  # 200 KB in partition 1-0: more than one sample
+    with Producer(broker_list=cluster.broker_list, acks="append", partitioner_class=lambda key, n: 0) as producer:
+        for payload in big:
+            producer.send(topic, payload)
+    end = set_bytes(big)
+    wait_for(lambda: cluster.log_end(topic, 1, 0) == end, what=f"{topic} flushed")
+    wait_for(lambda: cluster.children(f"/brokers/topics/{topic}") == ["1"], what=f"{topic} registered")
+    seeded = reset(cluster, group, "--to-earliest", "--topic", topic, "--execute")  # a group that did not exist
+    assert seeded.returncode == 0, seeded.stderr
+    assert cluster.committed(group, topic) == {(1, p): 0 for p in range(PARTITIONS)}
+
+    report = describe_group(cluster.zk_connect, group)
+    rows = {p["node"]: p for p in report["topics"][0]["partitions"]}
+    assert rows["1-0"]["lag"] == end
+    assert rows["1-0"]["lag_messages_estimate"] == 200 and not rows["1-0"]["lag_messages_exact"]
+    assert all(rows[f"1-{p}"]["lag_messages_estimate"] == 0 and rows[f"1-{p}"]["lag_messages_exact"]
+               for p in range(1, PARTITIONS))
+    assert report["lag_messages_estimate"] == 200
+    text = groups_tool("--zookeeper", cluster.zk_connect, "--group", group).stdout.decode()
+    assert f"lag {end} bytes, ~200 messages" in text
+    row = next(line for line in text.splitlines() if line.startswith(f"{topic} ") and " 1-0 " in line)
+    assert row.split()[-2:] == [str(end), "~200"]
+    assert "estimated from the first bytes after the committed offset" in text
+
+
+def test_reset_to_a_datetime_takes_the_segment_written_before_it(broker_factory, zk_connect):
+    """Segments of ~1 KB: the offset for a time is the base of the newest segment file
+    last modified at or before it (read here from the files themselves); a time before
+    every segment gives the log's start, one after the last write the log end."""
+    broker = broker_factory("dt", enable_zookeeper="true", zk_connect=zk_connect, brokerid=1, log_file_size=1000)
+    topic = "dated"
+
+    def produce(prefix, count):
+        with Producer(broker_list=f"1:{HOST}:{broker.port}", acks="append",
+                      partitioner_class=lambda key, n: 0) as producer:
+            for i in range(count):
+                (result,) = producer.send(topic, b"%s-%03d" % (prefix, i) + b"." * 80)
+        with SimpleConsumer(HOST, broker.port) as consumer:
+            wait_for(lambda: consumer.latest_offset(topic, 0) == result.next_offset, what=f"{prefix} flushed")
+        return result.next_offset
+
+    first_end = produce(b"old", 40)
+    time.sleep(1.2)
+    moment = time.time()
+    time.sleep(1.2)
+    second_end = produce(b"new", 40)
+    assert second_end > first_end
+    directory = os.path.join(broker.log_dir, f"{topic}-0")
+    segments = sorted((int(name[:20]), os.stat(os.path.join(directory, name)).st_mtime)
+                      for name in os.listdir(directory) if name.endswith(".kafka"))
+    assert len(segments) > 4
+    expected = max(base for base, mtime in segments if mtime <= moment)
+    assert expected <= first_end < second_end
+    assert first_end - expected <= 1000 + 200, "re-read at most a segment of what came before"
+
+    iso = datetime.fromtimestamp(moment, UTC).isoformat()
+    result = groups_tool("--zookeeper", zk_connect, "--group", "dated", "--reset-offsets", "--to-datetime", iso,
+                         "--topic", f"{topic}:1-0", "--execute", "--json")
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert [(p["current_offset"], p["new_offset"]) for p in plan["partitions"]] == [(None, expected)]
+    assert not plan["group_exists"] and plan["executed"]
+    with SimpleConsumer(HOST, broker.port) as consumer:
+        after = [m.payload for m in consumer.messages(topic, 0, expected)]
+    assert all(p.startswith(b"new-") for p in after[-40:]) and len([p for p in after if p.startswith(b"new-")]) == 40
+
+    for when, offset in (("2001-01-01T00:00:00+00:00", 0), ("2999-01-01T00:00:00", second_end)):
+        edge = groups_tool("--zookeeper", zk_connect, "--group", "dated", "--reset-offsets", "--to-datetime", when,
+                           "--topic", f"{topic}:1-0", "--json")
+        assert edge.returncode == 0, edge.stderr
+        assert [p["new_offset"] for p in json.loads(edge.stdout)["partitions"]] == [offset], when
+
+
+def test_a_reset_with_unreachable_brokers_writes_nothing_and_exits_3(zk_connect):
+    closed = free_port()
+    zk = start_client(zk_connect, 10000, 10000)
+    try:
+        zk.create("/brokers/ids/7", f"gone-1:{HOST}:{closed}".encode(), makepath=True)
+        zk.create("/brokers/topics/ghost/7", b"1", makepath=True)
+        zk.create("/consumers/ghosts/offsets/ghost/7-0", b"120", makepath=True)
+        zk.create("/consumers/ghosts/offsets/ghost/8-3", b"40", makepath=True)
+        for extra in ([], ["--execute"]):
+            result = groups_tool("--zookeeper", zk_connect, "--group", "ghosts", "--reset-offsets", "--to-latest",
+                                 "--broker-timeout-ms", "1000", *extra)
+            assert result.returncode == 3, result.stderr
+            assert plan_rows(result.stdout) == {("ghost", "7-0"): ("120", "-"), ("ghost", "8-3"): ("40", "-")}
+            out = result.stdout.decode()
+            assert f"problem: ghost 7-0: broker 7 ({HOST}:{closed}) could not be reached" in out
+            assert "problem: ghost 8-3: broker 8 is not registered" in out
+            assert out.startswith("reset of group ghosts to latest: " +
+                                  ("nothing written: 2 partitions without a new offset" if extra else
+                                   "dry run, nothing written (--execute writes)"))
+            assert zk.get("/consumers/ghosts/offsets/ghost/7-0")[0] == b"120"
+        unknown = groups_tool("--zookeeper", zk_connect, "--group", "ghosts", "--reset-offsets", "--to-latest",
+                              "--topic", "ghost:7-5")
+        assert unknown.returncode == 2 and b"topic 'ghost' has no 7-5 (known: 7-0, 8-3)" in unknown.stderr
+    finally:
+        zk.stop()
+        zk.close()
+
+
+def test_a_reset_whose_offsets_changed_after_the_plan_writes_nothing(cluster):
+    """All or nothing: a commit between the plan and the write (a member that came and
+    went) fails the whole transaction; a member registered by then is refused."""
+    topic, group = "raced", "racers"
+    cluster.produce(topic, payloads(topic, 16))
+    assert reset(cluster, group, "--to-earliest", "--topic", topic, "--execute").returncode == 0
+    client = start_client(cluster.zk_connect, 10000, 10000)
+    try:
+        plan = group_admin.plan_reset(client, group, LATEST, [group_admin.parse_topic_selection(topic)])
+        assert not plan.problems() and len(plan.rows) == 8
+        client.set(f"/consumers/{group}/offsets/{topic}/2-1", b"0")  # same value, new version
+        with pytest.raises(group_admin.ResetConflict, match="nothing was written"):
+            group_admin.execute_reset(client, plan)
+        assert cluster.committed(group, topic) == {key: 0 for key in cluster.log_ends(topic)}
+
+        plan = group_admin.plan_reset(client, group, LATEST, [group_admin.parse_topic_selection(topic)])
+        client.create(f"/consumers/{group}/ids/late-member", b'{"raced": 1}', ephemeral=True, makepath=True)
+        with pytest.raises(group_admin.GroupHasMembers, match="late-member"):
+            group_admin.execute_reset(client, plan)
+        client.delete(f"/consumers/{group}/ids/late-member")
+        assert group_admin.execute_reset(client, plan) == 8
+        assert cluster.committed(group, topic) == cluster.log_ends(topic)
+    finally:
+        client.stop()
+        client.close()

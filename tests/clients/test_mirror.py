@@ -4,6 +4,7 @@ partitioning, a topic created later is picked up, a SIGKILLed mirror restarted f
 its committed offsets loses nothing (checked message by message, and by the audit
 across the mirror), two sources feed one target; plus the pure placement rule."""
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from clients.topic_filter import Whitelist
 from clients.zk_registry import read_topic_partitions
 from mpbroker.registry import layout
 
-from .helpers import HOST, PARTITIONS, free_port, wait_for
+from .helpers import HOST, PARTITIONS, free_port, read_partition, wait_for
 
 FAST_GROUP = {"rebalance.backoff.ms": 200, "rebalance.retries.max": 20, "zk.sessiontimeout.ms": 2000}
 
@@ -299,3 +300,80 @@ def test_the_mirror_tool_refuses_bad_arguments(capsys):
                  "--whitelist", "t", "--consumer-property", "novalue"]) == 2
     with pytest.raises(SystemExit):
         main(["--source-zookeeper", "127.0.0.1:1/x", "--target-zookeeper", "127.0.0.1:1/y"])  # no filter
+
+
+# --- two brokers per cluster ----------------------------------------------------------------
+
+TWO_BROKERS = {"num_partitions": 2, "num_workers": 1}
+
+
+@contextlib.contextmanager
+def zk_client(zk_connect: str):
+    client = KazooClient(zk_connect)
+    client.start(15)
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+def two_broker_cluster(broker_factory, zk_connect: str, name: str) -> tuple:
+    """Brokers 1 and 2 (2 partitions a topic, one worker each) registered under the chroot
+    ``zk_connect``; returns (zk_connect, {broker id: broker})."""
+    brokers = {b: broker_factory(f"{name}-{b}", enable_zookeeper="true", zk_connect=zk_connect, brokerid=b,
+                                 **TWO_BROKERS) for b in (1, 2)}
+    with zk_client(zk_connect) as client:
+        wait_for(lambda: all(client.exists(layout.broker_path(b)) for b in brokers), 15, 0.05,
+                 f"both brokers of {name} registered")
+    return zk_connect, brokers
+
+
+def read_pairs(brokers: dict, topic: str) -> dict:
+    """{(broker, partition): [payload, ...]} of every partition of every broker."""
+    return {(b, p): read_partition(broker.port, topic, p) for b, broker in brokers.items() for p in range(2)}
+
+
+def produce_spread(brokers: dict, topic: str, sent: list) -> dict:
+    """Keyed, through a static broker list (it finds both brokers' two partitions by
+    probing, so the keys spread over all four); returns read_pairs once every
+    (broker, partition) holds some."""
+    with Producer(broker_list=",".join(f"{b}:{HOST}:{broker.port}" for b, broker in brokers.items()),
+                  acks="flush") as producer:
+        producer.deliver([(topic, b"%d" % index, payload) for index, payload in enumerate(sent)])
+    stored = read_pairs(brokers, topic)
+    assert all(stored.values()), f"the source holds {topic} on every (broker, partition)"
+    return stored
+
+
+def wait_mirrored(target_brokers: dict, topic: str, sent: list) -> dict:
+    """read_pairs of the target once all of ``sent`` arrived, each pair's copies made by
+    a rebalance (at least once) left out."""
+    wait_for(lambda: {p for got in read_pairs(target_brokers, topic).values() for p in got} >= set(sent), 30, 0.1,
+             f"{topic} mirrored")
+    on_target = {pair: list(dict.fromkeys(got)) for pair, got in read_pairs(target_brokers, topic).items()}
+    assert {b for (b, _), got in on_target.items() if got} == {1, 2}, f"{topic} reaches both target brokers"
+    return on_target
+
+
+def test_with_two_brokers_a_side_each_source_partition_lands_on_the_same_broker_and_partition(
+        broker_factory, zk_connect):
+    """Issue 16: a new topic went to target broker 1 only (its partitions 0 and 1 took all
+    four source partitions): the first message created it there, broker 1 alone
+    registered it, and the list narrowed to its partitions. Also a topic created on the
+    source while the mirror runs, which the source brokers register a moment apart."""
+    source, source_brokers = two_broker_cluster(broker_factory, zk_connect + "/east", "east")
+    target, target_brokers = two_broker_cluster(broker_factory, zk_connect + "/central", "central")
+    views = payloads("views", 400)
+    on_source = produce_spread(source_brokers, "page-views", views)
+    with zk_client(source) as client:
+        wait_for(lambda: {p.broker_id for p in read_topic_partitions(client, "page-views")} == {1, 2}, 15, 0.05,
+                 "both source brokers registered page-views")
+
+    config = MirrorConfig(sources=[source], target=target, topic_filter=Whitelist("page-.*"), batch_size=50,
+                          linger_ms=20, report_interval_s=0.5, consumer_properties=dict(FAST_GROUP))
+    with Mirror(config):
+        assert wait_mirrored(target_brokers, "page-views", views) == on_source  # same pair, same order
+        clicks = payloads("clicks", 400)
+        on_source = produce_spread(source_brokers, "page-clicks", clicks)  # new while the mirror runs
+        assert wait_mirrored(target_brokers, "page-clicks", clicks) == on_source

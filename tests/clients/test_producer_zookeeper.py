@@ -11,6 +11,7 @@ is away.
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -19,6 +20,7 @@ from kazoo.exceptions import KazooException
 from clients import BrokerUnavailableError, Producer
 from clients.brokers import Broker
 from clients.partitioner import default_partitioner
+from clients.topic_spread import TopicSpreadTimeout
 from clients.zk_brokers import ZkBrokerPartitions
 from clients.zk_registry import read_brokers, read_topic_partitions
 from mpbroker.registry import layout
@@ -151,15 +153,84 @@ def test_a_stopped_broker_drops_out_and_sends_go_on_to_the_others(zk_brokers, zk
         send_keyed(producer, brokers, "shrink", KEYS, b"after", all_pairs(1))
 
 
-def test_before_any_broker_sends_fail_clearly_then_the_first_broker_is_used(zk_brokers, zk_connect):
-    with Producer(zk_connect=zk_connect, acks="flush") as producer:
-        with pytest.raises(BrokerUnavailableError, match="no broker is registered"):
+def test_a_producer_started_before_its_broker_waits_for_it_to_register(zk_brokers, zk_connect):
+    """Issue 16: a broker answers on its port a moment before it is registered; a producer
+    started then failed at once with "no broker is registered"."""
+    with Producer(zk_connect=zk_connect, acks="flush", zk_connectiontimeout_ms=60000) as producer:
+        outcome = {}
+
+        def send():
+            try:
+                outcome["results"] = producer.send("waited", b"sent before the broker registered")
+            except Exception as exc:  # noqa: BLE001 (shown by the assertion below)
+                outcome["error"] = exc
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(0.5)
+        assert sender.is_alive(), f"the send did not wait for a broker: {outcome}"
+        broker = zk_brokers(3)
+        sender.join(60)
+        assert not sender.is_alive() and "error" not in outcome, outcome
+        (result,) = outcome["results"]
+        assert (result.broker_id, result.partition) == (3, 0)
+        assert read_partition(broker.port, "waited", 0) == [b"sent before the broker registered"]
+
+
+def test_before_any_broker_sends_fail_clearly_after_the_wait_then_the_first_broker_is_used(zk_brokers, zk_connect):
+    with Producer(zk_connect=zk_connect, acks="flush", zk_connectiontimeout_ms=1500) as producer:
+        chroot = zk_connect[zk_connect.index("/"):]
+        started = time.monotonic()
+        with pytest.raises(BrokerUnavailableError) as raised:
             producer.send("early", b"nowhere")
+        waited = time.monotonic() - started
+        assert str(raised.value) == (f"no broker is registered under {chroot}/brokers/ids in ZooKeeper at "
+                                     f"{zk_connect}, after waiting 1500 ms (zk.connectiontimeout.ms)")
+        assert 1.4 < waited < 15, waited
         broker = zk_brokers(5)
         wait_for_pairs(producer, "early", [(5, 0)])  # (the topic is not on broker 5 yet)
         (result,) = producer.send("early", b"somewhere")
         assert (result.broker_id, result.partition) == (5, 0)
         assert read_partition(broker.port, "early", 0) == [b"somewhere"]
+
+
+def registered_by(zk, topic: str) -> set:
+    return {p.broker_id for p in read_topic_partitions(zk, topic)}
+
+
+def test_a_new_topic_lands_on_the_brokers_of_its_first_batch_unless_it_is_spread(zk_brokers, zk_connect, zk):
+    brokers = {1: zk_brokers(1), 2: zk_brokers(2)}
+    with Producer(zk_connect=zk_connect, acks="flush") as producer:  # 0.7: where the first message went
+        (first,) = producer.send("narrow", b"first")
+        wait_for_pairs(producer, "narrow", all_pairs(first.broker_id))
+        assert registered_by(zk, "narrow") == {first.broker_id}
+        landed = send_keyed(producer, brokers, "narrow", KEYS, b"then", all_pairs(first.broker_id))
+        assert {pair[0] for pair in landed.values()} == {first.broker_id}, "the other broker never gets it"
+
+    with Producer(zk_connect=zk_connect, acks="flush", spread_topics="true") as producer:
+        (first,) = producer.send("spread", b"first", key=b"k")
+        assert registered_by(zk, "spread") == {1, 2}  # before the first message went out
+        pairs = all_pairs(1, 2)
+        assert producer.partitions_for("spread") == pairs and (first.broker_id, first.partition) in pairs
+        landed = send_keyed(producer, brokers, "spread", KEYS, b"keyed", pairs)
+        assert {pair[0] for pair in landed.values()} == {1, 2}
+    # creating the topic (an empty set to partition 0 of each broker) stored nothing
+    assert sorted(m for pair in pairs for m in stored(brokers, "spread", pair)) == \
+        sorted([b"first"] + [b"keyed-" + key for key in KEYS])
+
+
+def test_spreading_waits_for_every_live_broker_and_names_those_that_did_not_register(
+        broker_factory, zk_brokers, zk_connect, zk):
+    zk_brokers(1)
+    plain = broker_factory("plain")  # without ZooKeeper: it never registers a topic ...
+    zk.create(layout.broker_path(9), b"c:127.0.0.1:%d" % plain.port, ephemeral=True)  # ... but is listed live
+    with Producer(zk_connect=zk_connect, acks="flush") as producer:
+        wait_for(lambda: 9 in producer._metadata.brokers, REGISTERED_S, what="the producer to see broker 9")
+        with pytest.raises(TopicSpreadTimeout, match=r"broker\(s\) 9 did not register topic half within 2s") as raised:
+            producer.spread_topic("half", timeout_s=2)
+        assert raised.value.missing == [9]
+        assert registered_by(zk, "half") == {1}
+        assert producer.partitions_for("half") == all_pairs(1)
+    assert "half" in {p["topic"] for p in plain.status()["partitions"]}  # the empty produce created it there
 
 
 def registered(client, broker_id: int) -> bool:
@@ -214,7 +285,7 @@ def test_while_zookeeper_is_away_the_last_known_brokers_serve_and_changes_are_se
 def test_discovery_follows_the_nodes_as_they_come_go_and_come_back(zk_connect, zk):
     """ZkBrokerPartitions against registrations written by hand: every way a node can
     change, including a topic node deleted and created again (a new ChildrenWatch)."""
-    discovery = ZkBrokerPartitions(zk_connect, 6000, 6000)
+    discovery = ZkBrokerPartitions(zk_connect, 6000, 6000, broker_wait_ms=200)
 
     def pairs(topic):
         try:
@@ -291,6 +362,15 @@ def test_console_producer_with_zookeeper(zk_brokers, zk_connect):
     for pair, payloads in expected.items():
         assert [m for m in stored(brokers, "console", pair) if m.startswith(b"line-")] == payloads
     assert {pair[0] for pair in expected} == {1, 2}
+
+
+def test_console_producer_spreads_a_new_topic_when_asked(zk_brokers, zk_connect, zk):
+    brokers = {1: zk_brokers(1), 2: zk_brokers(2)}
+    produced = console_producer(["--zookeeper", zk_connect, "--topic", "spread-console", "--acks", "flush",
+                                 "--spread-topic"], b"the only line\n")
+    assert produced.returncode == 0, produced.stderr
+    assert registered_by(zk, "spread-console") == {1, 2}
+    assert [m for pair in all_pairs(1, 2) for m in stored(brokers, "spread-console", pair)] == [b"the only line"]
 
 
 def test_console_producer_discovery_arguments():

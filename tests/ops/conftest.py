@@ -7,7 +7,7 @@ import sys
 import pytest
 
 UNIT = os.path.join(os.path.dirname(__file__), "..", "..", "ops", "mpbroker.service")
-INSTALLED_MPBROKER = "/opt/mpbroker/.venv/bin/mpbroker"
+INSTALLED_MPBROKER = "/opt/mpbroker/venv/bin/mpbroker"
 
 
 def read_unit() -> str:

@@ -27,6 +27,7 @@ import pyarrow.dataset as ds
 import pytest
 
 from clients import Producer, SimpleConsumer
+from clients.unknown_topics import UnknownTopicError
 from clients.zk_registry import read_topic_partitions
 from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
 from mpbroker.segments.message import V1_OVERHEAD
@@ -659,6 +660,13 @@ def first_end(summary, partition):
     ["--broker-list", "127.0.0.1:1", "--topic", "t", "--output", "o", "--max-bytes-per-partition", "-1"],
     ["--broker-list", "127.0.0.1:1", "--topic", "t", "--output", "o", "--fetch-size", "0"],
     ["--broker-list", "127.0.0.1:1", "--topic", "t", "--output", "o", "--max-bytes-per-partition", "lots"],
+    # what a user types when a second topic goes wrong: never a load of the first alone
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "--topic", "--output", "o"],  # the second name left out
+    ["--broker-list", "127.0.0.1:1", "--output", "o", "--topic", "t", "--topic"],  # ... at the end
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "u", "--output", "o"],  # two names after one --topic
+    ["--broker-list", "127.0.0.1:1", "--topic", "t,u", "--output", "o"],  # a list in one --topic
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "--topic", "", "--output", "o"],  # an empty name
+    ["--broker-list", "127.0.0.1:1", "--topic", "t", "--topic=", "--output", "o"],
 ])
 def test_bad_arguments_exit_2(args, tmp_path):
     result = run_cli(*[str(tmp_path / "out") if arg == "o" else arg for arg in args], timeout=60)
@@ -666,9 +674,9 @@ def test_bad_arguments_exit_2(args, tmp_path):
     assert result.stderr.strip()
 
 
-@pytest.mark.slow
-def test_a_whitelist_without_zookeeper_a_bad_topic_and_unreachable_servers(tmp_path):
-    """Errors found once the Spark session is up; the four commands run side by side."""
+def test_a_whitelist_without_zookeeper_a_bad_topic_and_unreachable_servers_end_it_before_spark(tmp_path):
+    """Errors found before a Spark session is started (``--master`` names no master: a
+    session would fail); the four commands run side by side."""
     port = closed_port()
     cases = {
         "whitelist without zookeeper": (["--broker-list", f"{HOST}:{port}", "--whitelist", "a.*"], 2,
@@ -678,7 +686,8 @@ def test_a_whitelist_without_zookeeper_a_bad_topic_and_unreachable_servers(tmp_p
         "closed zookeeper port": (["--zookeeper", f"{HOST}:{port}", "--zk-timeout-ms", "1000", "--topic", "t"], 3,
                                   "ZooKeeper"),
     }
-    processes = {name: start_cli(*args, "--output", tmp_path / f"out{i}", log_path=tmp_path / f"{i}.log")
+    processes = {name: start_cli(*args, "--output", tmp_path / f"out{i}", "--master", "no-such-master",
+                                 log_path=tmp_path / f"{i}.log")
                  for i, (name, (args, _, _)) in enumerate(cases.items())}
     try:
         for i, (name, (_, code, text)) in enumerate(cases.items()):
@@ -693,3 +702,128 @@ def test_a_whitelist_without_zookeeper_a_bad_topic_and_unreachable_servers(tmp_p
                 kill_group(process)
     for i in range(len(cases)):
         assert read_output(tmp_path / f"out{i}") == [] and read_state(tmp_path / f"out{i}") == {}
+
+
+# --- 10: an unknown topic is refused, before Spark starts, unless waiting for it is intended ------
+
+NO_MASTER = ("--master", "no-such-master")  # a Spark session would fail: the command must end before one
+
+
+def wait_registered(zk_connect: str, topics, broker_ids: set) -> None:
+    client = wait_for(lambda: _try_start_client(zk_connect), 30, "a ZooKeeper session")
+    try:
+        for topic in topics:
+            wait_for(lambda topic=topic: {p.broker_id for p in read_topic_partitions(client, topic)} == broker_ids,
+                     20, f"{topic} registered by brokers {broker_ids}")
+    finally:
+        close_client(client)
+
+
+def test_an_unknown_topic_is_refused_with_the_registered_name_it_is_close_to(spark, broker_factory, zk_connect,
+                                                                             tmp_path):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1, enable_zookeeper="true", zk_connect=zk_connect)
+    brokers = broker_list(broker)
+    views = produce(brokers, "page-views", 100)
+    produce(brokers, "clicks", 50)
+    wait_registered(zk_connect, ["page-views", "clicks"], {1})
+    output = tmp_path / "out"
+    common = ("--zookeeper", zk_connect, "--output", output, *NO_MASTER)
+
+    typo = run_cli(*common, "--topic", "page-view", timeout=60)
+    assert typo.returncode == 2, typo.stderr[-3000:]
+    assert (f"unknown topic 'page-view' (did you mean 'page-views'?): no broker registered it at {zk_connect}; "
+            f"--allow-missing-topics loads it once it exists") in typo.stderr
+    second = run_cli(*common, "--topic", "page-views", "--topic", "clickz", timeout=60)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert "unknown topic 'clickz' (did you mean 'clicks'?)" in second.stderr
+    assert "'page-views'" not in second.stderr  # only the unknown one is named
+    for result in (typo, second):
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    with pytest.raises(UnknownTopicError, match="'page-view'"):
+        load(spark, output, zookeeper=zk_connect, topics=["page-view"])
+    assert read_state(output) == {} and read_output(output) == []
+
+    # Waiting for it is intended: a warning naming it, nothing loaded, exit 0 (no Spark needed).
+    waiting = run_cli(*common, "--topic", "page-view", "--allow-missing-topics", timeout=60)
+    assert waiting.returncode == 0, waiting.stderr[-3000:]
+    assert f"'page-view': no broker registered it at {zk_connect}; nothing of it to load yet" in waiting.stderr
+    assert json.loads(waiting.stdout)["partitions"] == []
+
+    # Once it exists, the same load takes it.
+    later = produce(brokers, "page-view", 30)
+    wait_registered(zk_connect, ["page-view"], {1})
+    summary = load(spark, output, zookeeper=zk_connect, topics=["page-view", "page-views"])
+    assert summary["messages"] == 130
+    assert_exactly_once(output, views + later)
+
+
+def test_a_whitelist_that_matches_nothing_yet_is_not_an_error(zk_connect, tmp_path):
+    """The cron line's ``--whitelist '.*'`` on a cluster where no topic is registered yet."""
+    empty = zk_connect + "-empty"  # a chroot nothing was registered in
+    result = run_cli("--zookeeper", empty, "--whitelist", ".*", "--output", tmp_path / "out", *NO_MASTER, timeout=60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"--whitelist '.*' matches none of the 0 topics registered at {empty} (yet)" in result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["partitions"] == [] and summary["messages"] == 0
+    named = run_cli("--zookeeper", empty, "--topic", "t", "--output", tmp_path / "out", *NO_MASTER, timeout=60)
+    assert named.returncode == 2, named.stderr[-3000:]
+    assert "no topic is registered there at all: is the chroot right?" in named.stderr
+
+
+def test_with_a_broker_list_a_topic_no_broker_holds_a_message_of_is_unknown(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1)
+    brokers = broker_list(broker)
+    output = tmp_path / "out"
+    views = produce(brokers, "page-views", 100)
+    load(spark, output, brokers, ["page-views"])
+
+    typo = run_cli("--broker-list", brokers, "--topic", "page-view", "--output", output, *NO_MASTER, timeout=60)
+
+    assert typo.returncode == 2, typo.stderr[-3000:]
+    # the 0.7 protocol lists no topics: the names close to it come from what the output holds
+    assert (f"unknown topic 'page-view' (did you mean 'page-views'?): no broker of --broker-list {brokers} "
+            f"holds a message of it") in typo.stderr
+    with pytest.raises(UnknownTopicError, match="'later'"):
+        load(spark, output, brokers, ["page-views", "later"])
+    waiting = load(spark, output, brokers, ["page-views", "later"], allow_missing_topics=True)
+    assert waiting["messages"] == 0
+    later = produce(brokers, "later", 40)
+    assert load(spark, output, brokers, ["page-views", "later"])["messages"] == 40
+    assert_exactly_once(output, views + later)
+
+
+# --- 11: reading the output: the calls the README gives -----------------------------------------
+
+
+def readme_python_block(section: str) -> str:
+    """The first ```python block of the README section ``## <section>``."""
+    text = (REPO / "README.md").read_text()
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return body.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_calls_read_the_topic_load_date_and_load_id_columns(spark, broker_factory, tmp_path, monkeypatch):
+    broker = broker_factory("b1", num_partitions=2, brokerid=1)
+    brokers = broker_list(broker)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the README reads ~/mpbroker-parquet
+    output = tmp_path / "mpbroker-parquet"
+    sent = produce(brokers, "007", 60) + produce(brokers, "2024", 40)  # names a type inference takes for numbers
+    summary = load(spark, output, brokers, ["007", "2024"])
+    assert "topic" not in ds.dataset(str(output), format="parquet").schema.names  # why the README names the call
+
+    code = readme_python_block("Loading into Parquet with Spark")
+    namespace = {"spark": spark}
+    try:
+        exec(code, namespace)  # noqa: S102 (the README's own code, as written)
+        frame = namespace["frame"]
+        spark_counts = {row["topic"]: row["count"] for row in frame.groupBy("topic").count().collect()}
+    finally:
+        spark.conf.unset("spark.sql.sources.partitionColumnTypeInference.enabled")
+
+    table = namespace["table"]
+    assert set(table.column_names) == {"broker", "partition", "offset", "payload", "topic", "load_date", "load_id"}
+    rows = table.to_pylist()
+    assert Counter(row["topic"] for row in rows) == {"007": 60, "2024": 40}
+    assert {(row["load_date"], row["load_id"]) for row in rows} == {(summary["started"][:10], summary["load_id"])}
+    assert sorted((r["topic"], r["broker"], r["partition"], r["offset"], r["payload"]) for r in rows) == sorted(sent)
+    assert spark_counts == {"007": 60, "2024": 40}
