@@ -72,7 +72,7 @@ from clients.brokers import parse_broker_list
 from clients.consumer import MAX_FETCH_SIZE_LIMIT, SimpleConsumer
 from clients.consumer_settings import ConsumerSettings
 from clients.envelope import EnvelopeError
-from clients.errors import BrokerUnavailableError, NotAMessageBoundaryError
+from clients.errors import BrokerUnavailableError, ClientError, NotAMessageBoundaryError
 from clients.message_stream import ConsumerTimeoutError
 from clients.offset_times import parse_time, start_offset_for_time
 from clients.topic_filter import Blacklist, Whitelist
@@ -290,7 +290,7 @@ def main(argv=None, stdout=None) -> int:
     except MessageSizeTooLargeError as exc:
         print(f"{PROG}: {exc}; a larger --max-fetch-size reads it", file=sys.stderr)
         return EXIT_FAILED
-    except (MPBrokerError, EnvelopeError) as exc:
+    except (MPBrokerError, EnvelopeError, ClientError) as exc:  # ClientError: e.g. an unknown error code
         print(f"{PROG}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except BrokenPipeError:

@@ -36,7 +36,7 @@ from typing import NamedTuple
 from clients.brokers import probe_partition_count
 from clients.connection import BrokerConnection
 from clients.envelope import EnvelopeError, open_envelope
-from clients.message_boundaries import valid_prefix, walk_to
+from clients.message_boundaries import WalkTooLongError, valid_prefix, walk_to
 from clients.errors import (
     BrokerError,
     BrokerUnavailableError,
@@ -263,7 +263,8 @@ class SimpleConsumer:
         (``offset`` itself at a message boundary). Walks the message lengths from the
         base of the segment holding ``offset`` (OFFSETS lists the bases), fetching in
         chunks and skipping the bodies of large messages. Raises OffsetOutOfRangeError
-        outside the log and CorruptMessageError when a length on the way is damaged."""
+        outside the log, CorruptMessageError when a length on the way is damaged, and
+        WalkTooLongError when the start lies more than 256 MiB into its segment."""
         bases = [base for base in self.get_offsets_before(topic, partition, LATEST_TIME, MAX_SEGMENT_OFFSETS)
                  if base <= offset]
         if not bases:
@@ -281,7 +282,8 @@ class SimpleConsumer:
             self._raise_for_bad_start(message_set, message_set.corrupt)
         topic, partition, offset = message_set.topic, message_set.partition, message_set.offset
         length = message_set.first_length
-        if message_set.size < fetch_size:  # all there is up to the segment's end, and no whole message
+        if message_set.size < fetch_size and not self._whole_alone(message_set, fetch_size):
+            # all there is up to the segment's end, and no whole message
             claimed = "cut-off length" if length is None else f"length {length}"
             self._raise_for_bad_start(message_set, CorruptMessageError(
                 f"the message at offset {offset} of {topic}-{partition} has {claimed}, more than the log holds "
@@ -295,13 +297,26 @@ class SimpleConsumer:
                 f"({self.max_fetch_size} bytes)"))
         return min(self.max_fetch_size, max(needed, fetch_size * 2))
 
+    def _whole_alone(self, message_set: MessageSet, fetch_size: int) -> bool:
+        """Whether a FETCH of this partition alone, of the size the short answer asked for
+        (or its first message needs), returns a whole message: a MULTIFETCH answer may be
+        shortened by the broker (every part together under its limit), so a short part is
+        not yet proof that the log ends inside the message. Only on this error path."""
+        length = message_set.first_length
+        size = min(self.max_fetch_size, max(fetch_size, 0 if length is None else LENGTH_SIZE + length))
+        frame = self._request(rq.encode_fetch(message_set.topic, message_set.partition, message_set.offset, size))
+        error, data = rs.split_error(frame)
+        alone = MessageSet(message_set.topic, message_set.partition, message_set.offset, error, data)
+        return alone.error == 0 and alone.corrupt is None and bool(alone.payloads)
+
     def _raise_for_bad_start(self, message_set: MessageSet, error: Exception):
         """The first message of ``message_set`` cannot be read: raise
         NotAMessageBoundaryError if its offset is inside a message, else ``error``."""
         topic, partition, offset = message_set.topic, message_set.partition, message_set.offset
         try:
             nearest = self.nearest_message_start(topic, partition, offset)
-        except (MPBrokerError, BrokerError):  # the walk cannot tell (damage on the way, log changed)
+        except (MPBrokerError, BrokerError, WalkTooLongError):  # the walk cannot tell (damage on the way, log
+            # changed, too far from the segment's base)
             nearest = offset
         if nearest != offset:
             raise NotAMessageBoundaryError(topic, partition, offset, nearest) from None

@@ -30,7 +30,7 @@ def scale(lag_bytes: int, sample_messages: int, sample_bytes: int) -> int:
 def lag_messages(consumer, topic: str, partition: int, committed: int, log_end: int) -> LagMessages:
     """The messages between ``committed`` and ``log_end`` (``consumer``: a SimpleConsumer
     of the partition's broker; its errors pass through: OffsetOutOfRangeError for a
-    committed offset outside the log, InvalidMessageError for one inside a message)."""
+    committed offset outside the log, NotAMessageBoundaryError for one inside a message)."""
     lag = log_end - committed
     if lag <= 0:
         return LagMessages(0, True)

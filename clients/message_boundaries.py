@@ -12,7 +12,7 @@ through ``request`` (one request in, one answer out, as in ``clients.brokers``).
 
 import struct
 
-from clients.errors import BrokerError, CorruptMessageError, error_for
+from clients.errors import BrokerError, ClientError, CorruptMessageError, error_for
 from mpbroker.errors import InvalidMessageError, OffsetOutOfRangeError
 from mpbroker.protocol import requests as rq
 from mpbroker.protocol import responses as rs
@@ -47,13 +47,26 @@ def valid_prefix(data: bytes, topic: str, partition: int, offset: int, cause: In
     return decoded, CorruptMessageError(text, topic, partition, position)
 
 
-def walk_to(request, topic: str, partition: int, start: int, offset: int, chunk: int) -> int:
+WALK_LIMIT_BYTES = 256 << 20  # about half a second of fetches here; a 1 GiB segment would take 2 s
+
+
+class WalkTooLongError(ClientError):
+    """The message start nearest an offset lies more than ``WALK_LIMIT_BYTES`` after the
+    segment's base: not looked for (the caller reports what it knew without it)."""
+
+
+def walk_to(request, topic: str, partition: int, start: int, offset: int, chunk: int,
+            limit: int = WALK_LIMIT_BYTES) -> int:
     """The start of the last message that begins at or before ``offset``, walking the
     message lengths from ``start`` (a message start at or before ``offset``) with
     fetches of ``chunk`` bytes. CorruptMessageError when a length on the way cannot be
-    one (too small, or pointing past the log end)."""
+    one (too small, or pointing past the log end); WalkTooLongError past ``limit`` bytes
+    of walking (it runs on error paths, some on a fetcher thread: bounded)."""
     position = start
     while position < offset:
+        if position - start > limit:
+            raise WalkTooLongError(f"{topic}-{partition}: the message start nearest offset {offset} was not looked "
+                                   f"for beyond {limit} bytes from the segment's base {start}")
         error, data = rs.split_error(request(rq.encode_fetch(topic, partition, position, chunk)))
         if error:
             exc = error_for(error, f"fetch {topic}-{partition} at offset {position}", BrokerError)

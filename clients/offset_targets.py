@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from clients.consumer import EARLIEST_TIME, LATEST_TIME
-from clients.errors import BrokerError, BrokerUnavailableError, ClientError
+from clients.errors import BrokerError, NotAMessageBoundaryError
 from clients.offset_times import parse_iso8601, start_offset_for_time
 from mpbroker.errors import InvalidMessageError, MPBrokerError
 
@@ -104,9 +104,7 @@ def checked_offset(consumer, topic: str, partition: int, offset: int) -> int:
     while True:
         try:
             answer = consumer.fetch(topic, partition, offset, size)
-        except (InvalidMessageError, ClientError) as exc:
-            if isinstance(exc, BrokerUnavailableError):
-                raise
+        except (InvalidMessageError, NotAMessageBoundaryError) as exc:  # a broker's error answer is not the input's
             nearest = getattr(exc, "nearest", None)  # the consumer may have walked the segment to tell
             if nearest is not None and nearest != offset:
                 raise TargetError(f"offset {offset} is not the start of a message (the nearest earlier one starts "

@@ -13,8 +13,7 @@ last write has no answer; the earliest offset is the safe start then.
 
 import datetime
 
-LATEST_TIME = -1
-EARLIEST_TIME = -2
+from clients.consumer import EARLIEST_TIME, LATEST_TIME
 _NAMES = {"latest": LATEST_TIME, "earliest": EARLIEST_TIME}
 
 

@@ -219,12 +219,6 @@ class Producer:
             return self._metadata.partitions(topic)
         return spread_topic(self._metadata, self._connection_for, topic, timeout_s)
 
-    def is_bootstrapping(self, topic: str) -> bool:
-        """True while no broker has registered ``topic`` in ZooKeeper (``zk.connect``):
-        its messages then go to partition 0 of each live broker (0.7's bootstrap)."""
-        registered = getattr(self._metadata, "is_registered", None)
-        return registered is not None and not registered(topic)
-
     # --- delivery (sync callers and the async sender) ----------------------------
 
     def _connection_for(self, broker_id: int) -> tuple:

@@ -200,11 +200,6 @@ class ZkBrokerPartitions:
         """Where the brokers register, with the chroot (for messages)."""
         return layout.split_zk_connect(self.zk_connect)[1] + layout.BROKER_IDS
 
-    def is_registered(self, topic: str) -> bool:
-        """True once a live broker has registered ``topic`` (``partitions`` then lists
-        every partition instead of the bootstrap's partition 0 of each broker)."""
-        return bool(self.registered_brokers(topic))
-
     def registered_brokers(self, topic: str) -> set:
         """The ids of the live brokers that have registered ``topic``."""
         self.partitions(topic)  # follows the topic from now on

@@ -46,6 +46,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3
 PROG = "mpbroker-ctl"
 GROUPS_LABEL = "mpbroker-ctl groups"
 PROC_NET_UNIX = "/proc/net/unix"
+FOUND_RUNNING = "the only broker running on this machine"
 LISTENING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's Flags column
 
 
@@ -208,7 +209,7 @@ def locate(args) -> Target:
     if args.config is None and not overrides:
         running = running_control_sockets()
         if len(running) == 1:
-            return Target(running[0], "the only broker running on this machine")
+            return Target(running[0], FOUND_RUNNING)
         if len(running) > 1:
             raise Ambiguous(f"{len(running)} brokers are running on this machine (control sockets "
                             f"{', '.join(running)}): name one with --socket PATH, --log-dir DIR or -c CONFIG")
@@ -353,6 +354,8 @@ def main(argv=None) -> int:
         _fail(PROG, str(exc))
         return EXIT_USAGE
     path = target.path
+    if args.command in ("shutdown", "reload") and target.why == FOUND_RUNNING:
+        print(f"{PROG}: {args.command} of the broker at {path} ({target.why})", file=sys.stderr)
     try:
         answer = call(path, args.command)
     except NotRunning as exc:

@@ -17,10 +17,12 @@ from clients import (
     Producer,
     SimpleConsumer,
 )
-from clients.consumer import EARLIEST_TIME, LATEST_TIME
+from clients.consumer import EARLIEST_TIME, LATEST_TIME, MessageSet
 from clients.errors import CorruptMessageError, NotAMessageBoundaryError
 from clients.partitioner import default_partitioner
 from mpbroker.errors import InvalidMessageError, WrongPartitionError
+from mpbroker.protocol import requests as rq
+from mpbroker.protocol import responses as rs
 from mpbroker.segments.message import V1_OVERHEAD, encode_message_set
 
 from .helpers import HOST, PARTITIONS, broker_list, set_bytes
@@ -446,3 +448,20 @@ def test_a_damaged_length_at_a_message_start_is_damage_not_a_bad_offset(broker):
     with SimpleConsumer(HOST, broker.port) as consumer:
         with pytest.raises(CorruptMessageError, match=f"at offset {second} of badlength-0 has length {1 << 24}"):
             list(consumer.messages("badlength", 0, 0))
+
+
+def test_a_multifetch_part_the_broker_shortened_is_grown_not_called_damaged(broker):
+    """The broker may answer a MULTIFETCH part with less than asked (every part together
+    under its limit): a part that ends inside a message that the log holds whole is a
+    reason to fetch again, not damage. (The part is the first bytes of a real answer, as
+    the broker's shortening leaves it.)"""
+    produce(broker, "shortened", {0: [b"x" * 300_000]})
+    with SimpleConsumer(HOST, broker.port, max_fetch_size=4 << 20) as consumer:
+        (whole,) = consumer.multifetch([("shortened", 0, 0, 1 << 20)])
+        assert len(whole.payloads) == 1
+        raw = consumer._request(rq.encode_fetch("shortened", 0, 0, 1 << 20))
+        error, data = rs.split_error(raw)
+        part = MessageSet("shortened", 0, 0, error, bytes(data)[:100_000])  # what a shortened part holds
+        assert not part.payloads
+        grown = consumer.grow_fetch_size(part, 1 << 20)
+        assert grown >= 300_000 + V1_OVERHEAD
