@@ -429,7 +429,11 @@ def _group_main(args, out) -> int:
                 (stream,) = connector.create_message_streams_by_filter(topic_filter, 1)
             else:
                 (stream,) = connector.create_message_streams({args.topic: 1})[args.topic]
-            return _consume_group(stream, args, out, stop)
+            code = _consume_group(stream, args, out, stop)
+            unreadable = connector.unreadable_partitions()
+            for topic, node, offset, why in unreadable:  # the fetchers stopped there rather than skip
+                print(f"{PROG}: {topic}-{node} stopped at offset {offset}: {why}", file=sys.stderr)
+            return EXIT_FAILED if unreadable and code == EXIT_OK else code
         except ZK_ERRORS as exc:
             print(f"{PROG}: ZooKeeper failed: {exc!r}", file=sys.stderr)
             return EXIT_UNREACHABLE

@@ -112,10 +112,10 @@ class BrokerFetcher(threading.Thread):
     def _give_up(self, info, exc) -> None:
         """The message at ``info.fetch_offset`` cannot be read: say so, stop fetching
         the partition (its offset stays there: nothing is skipped)."""
-        info.stuck = True
         remedy = " (a larger max.fetch.size reads it)" if isinstance(exc, MessageSizeTooLargeError) else ""
-        log.error("%s-%s: %s; not consuming this partition any further%s", info.topic, info.partition.node(), exc,
-                  remedy)
+        info.stuck = f"{exc}{remedy}"
+        log.error("%s-%s: %s; not consuming this partition any further", info.topic, info.partition.node(),
+                  info.stuck)
 
     def _reset(self, info, why: str) -> None:
         """Start ``info`` at the smallest or largest offset (``autooffset.reset``); the

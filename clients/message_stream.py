@@ -55,7 +55,7 @@ class PartitionTopicInfo:
         self.fetch_size = fetch_size
         self.released = False
         self.last_error = None  # the fetcher logs each kind of error once
-        self.stuck = False  # the message at fetch_offset cannot be read (damaged, too large): not fetched again
+        self.stuck = None  # why the message at fetch_offset cannot be read (damaged, too large): not fetched again
 
     def __repr__(self) -> str:
         return (f"PartitionTopicInfo({self.topic}:{self.partition.node()} fetch {self.fetch_offset} "

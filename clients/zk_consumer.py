@@ -383,6 +383,13 @@ class ConsumerConnector:
         self._assignment = None
         self._owner_session = None
 
+    def unreadable_partitions(self) -> list:
+        """``[(topic, "broker-partition", offset, why), ...]``: the owned partitions whose
+        next message cannot be read (damaged, larger than ``max.fetch.size``), which the
+        fetchers stopped at (until the next rebalance) instead of skipping it."""
+        return [(topic, partition.node(), info.fetch_offset, info.stuck)
+                for (topic, partition), info in sorted(list(self._owned.items())) if info.stuck]
+
     def _start_fetchers(self, wanted: dict, brokers: dict) -> None:
         client = self._client
         self._owned = {}

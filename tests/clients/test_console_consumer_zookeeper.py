@@ -118,3 +118,17 @@ def _until_quiet(stream):
         yield from stream
     except ConsumerTimeoutError:
         return
+
+
+def test_the_console_consumer_prints_up_to_a_damaged_message_then_exits_1_naming_it(registered, zk_connect):
+    payloads = [b"good-%d" % i for i in range(3)] + [b"damaged", b"after"]
+    registered.produce("hurt", 2, payloads)
+    bad = set_bytes(payloads[:3])
+    with open(os.path.join(registered.log_dir, "hurt-2", "%020d.kafka" % 0), "r+b") as segment:
+        segment.seek(bad + V1_OVERHEAD + 1)
+        segment.write(b"X")
+    run = subprocess.run(console_consumer(zk_connect, "--topic", "hurt", "--from-beginning", "--timeout-ms", "3000"),
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert run.stdout.splitlines() == ["good-0", "good-1", "good-2"], run.stdout + run.stderr
+    assert run.returncode == 1, run.stderr  # not 0: the partition was not read to its end
+    assert f"hurt-1-2 stopped at offset {bad}: " in run.stderr and "fails its CRC check" in run.stderr, run.stderr
