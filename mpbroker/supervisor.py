@@ -90,6 +90,7 @@ RELOADABLE = {
     "log.file.size", "max.message.size", "max.inflated.request.bytes", "log.level",
     "worker.heartbeat.timeout.ms", "max.connections", "connections.max.idle.ms", "max.queued.responses",
     "max.connections.per.ip", "request.receive.timeout.ms", "log.flush.offset.checkpoint.interval.ms",
+    "allow.unknown.keys",  # applies while the file is read
 }
 
 SHORT_ROLES = {"acceptor": "acc", "registrar": "zk", "metrics": "metrics"}

@@ -67,6 +67,7 @@ def spark_session(master: str | None, name: str = PROG):
     if not submitted and (not master or master.startswith("local")):
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return (builder.config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # a progress bar is noise in the cron job's log
             .config("spark.sql.sources.partitionOverwriteMode", "static")
             .config("spark.task.maxFailures", "4")
             .getOrCreate())

@@ -79,6 +79,17 @@ def test_a_reload_with_an_unknown_key_keeps_the_running_configuration(broker):
     assert broker.status()["phase"] == "running"
 
 
+def test_allowing_unknown_keys_in_the_file_takes_effect_on_reload_without_a_restart(broker):
+    """allow.unknown.keys applies while the file is read: a reload that sets it (with an
+    unknown key beside it) is applied, not reported as needing a restart."""
+    with open(broker.config_path, "a") as f:
+        f.write("allow.unknown.keys=true\nlog.flush.intervall=5\n")
+    result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "reload"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "needs a restart" not in result.stdout, result.stdout
+
+
 def test_a_later_kafka_configuration_runs_as_its_broker_id_in_its_log_dirs_with_zookeeper(broker_factory,
                                                                                           zk_connect):
     """The issue's case: broker.id, log.dirs and zookeeper.connect were warned about, and

@@ -264,6 +264,7 @@ def test_the_install_lines_work_as_written(install):
         assert load.returncode == 0, f"exit {load.returncode}\n{load.stdout}{load.stderr}\n{log[-5000:]}"
         summary = summary_in(log)
         assert summary["messages"] == len(MESSAGES) and summary["gaps"] == [], summary
+        assert "[Stage " not in log, log[-3000:]  # no console progress bar in a log file
         output = install.path("/var/lib/mpbroker-parquet")
         assert list(output.rglob("*.parquet"))
         table = ds.dataset(str(output), format="parquet", partitioning="hive").to_table()
