@@ -239,11 +239,7 @@ def _streams(consumer, broker, args, several_brokers: bool) -> list:
 def _topic_exists(plan, topic: str) -> bool:
     """Whether some partition of ``topic`` has a log on some broker (0.7 brokers make a
     partition's log at its first message; before that OFFSETS says nothing else)."""
-    for consumer, _ in plan:
-        for partition in range(consumer.partition_count(topic)):
-            if consumer.has_log(topic, partition):
-                return True
-    return False
+    return any(consumer.topic_has_log(topic) for consumer, _ in plan)
 
 
 def main(argv=None, stdout=None) -> int:

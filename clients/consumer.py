@@ -230,6 +230,12 @@ class SimpleConsumer:
         than every segment with no offsets at all."""
         return bool(self.get_offsets_before(topic, partition, FAR_FUTURE_TIME, 1))
 
+    def topic_has_log(self, topic: str, partitions: int | None = None) -> bool:
+        """Whether any of the topic's ``partitions`` (default: as many as the broker has)
+        has a log here: an unknown topic and a topic without messages look alike otherwise."""
+        count = self.partition_count(topic) if partitions is None else partitions
+        return any(self.has_log(topic, partition) for partition in range(count))
+
     def out_of_range_error(self, topic: str, partition: int, offset: int) -> OffsetOutOfRangeError:
         """An OffsetOutOfRangeError for ``offset`` saying where the log starts and ends
         (``log_start``, ``log_end``; None if the broker could not say)."""

@@ -32,11 +32,10 @@ from typing import NamedTuple
 
 from kazoo.exceptions import NoNodeError
 
-from clients.consumer import SimpleConsumer
 from clients.errors import BrokerUnavailableError
-from clients.group_report import GroupNotFound
+from clients.group_report import GroupNotFound, rows_by_broker
 from clients.offset_targets import Target, TargetError, resolve
-from clients.zk_registry import read_brokers, read_topic_partitions
+from clients.zk_registry import children, read_brokers, read_topic_partitions
 from mpbroker.errors import InvalidTopicError
 from mpbroker.registry import layout
 from mpbroker.registry.layout import PartitionId
@@ -110,20 +109,13 @@ class ResetPlan(NamedTuple):
 
 # --- reading ----------------------------------------------------------------------------
 
-def _children(client, path: str) -> list:
-    try:
-        return sorted(client.get_children(path))
-    except NoNodeError:
-        return []
-
-
 def live_members(client, group: str) -> list:
     """The consumer ids registered in ``group``, and the consumers owning partitions
     without a registration (still leaving), sorted."""
-    members = set(_children(client, layout.consumer_ids_path(group)))
+    members = set(children(client, layout.consumer_ids_path(group)))
     owners_root = layout.group_owners_path(group)
-    for topic in _children(client, owners_root):
-        for node in _children(client, f"{owners_root}/{topic}"):
+    for topic in children(client, owners_root):
+        for node in children(client, f"{owners_root}/{topic}"):
             try:
                 value = client.get(f"{owners_root}/{topic}/{node}")[0]
             except NoNodeError:
@@ -136,7 +128,7 @@ def _committed(client, group: str, topic: str) -> dict:
     """``{PartitionId: (offset or None, node version)}`` of ``topic``'s offset nodes."""
     path = layout.offsets_path(group, topic)
     committed = {}
-    for name in _children(client, path):
+    for name in children(client, path):
         try:
             partition = layout.parse_partition_node(name)
             value, stat = client.get(f"{path}/{name}")
@@ -161,7 +153,7 @@ def plan_reset(client, group: str, target: Target, selections=(), *,
     if not selections:
         if not group_exists:
             raise GroupNotFound(f"no consumer group {group!r}")
-        topics = _children(client, layout.group_offsets_path(group))
+        topics = children(client, layout.group_offsets_path(group))
         if not topics:
             raise ValueError(f"group {group!r} has no committed offsets: name the topics to set with --topic")
         selections = [TopicSelection(topic) for topic in topics]
@@ -202,30 +194,21 @@ def _narrow(selection: TopicSelection, known: set) -> list:
 
 
 def _resolve_targets(rows: dict, brokers: dict, target: Target, timeout_ms: int) -> None:
-    by_broker = {}
-    for (topic, partition), row in sorted(rows.items()):
-        by_broker.setdefault(partition.broker_id, []).append((topic, partition, row))
-    for broker_id, entries in sorted(by_broker.items()):
-        broker = brokers.get(broker_id)
+    for broker_id, broker, consumer, entries in rows_by_broker(rows, brokers, timeout_ms):
         if broker is None:
             for _, _, row in entries:
                 row["problem"], row["problem_kind"] = f"broker {broker_id} is not registered", "unreachable"
             continue
-        consumer = SimpleConsumer(broker.host, broker.port, connect_timeout_ms=timeout_ms,
-                                  socket_timeout_ms=timeout_ms)
-        try:
-            for index, (topic, partition, row) in enumerate(entries):
-                try:
-                    row["new_offset"] = resolve(consumer, topic, partition.partition, target)
-                except TargetError as exc:
-                    row["problem"], row["problem_kind"] = str(exc), exc.kind
-                except (BrokerUnavailableError, OSError) as exc:  # give the broker up
-                    for _, _, left in entries[index:]:
-                        left["problem"] = f"broker {broker_id} ({broker.host}:{broker.port}) could not be reached: {exc}"
-                        left["problem_kind"] = "unreachable"
-                    break
-        finally:
-            consumer.close()
+        for index, (topic, partition, row) in enumerate(entries):
+            try:
+                row["new_offset"] = resolve(consumer, topic, partition.partition, target)
+            except TargetError as exc:
+                row["problem"], row["problem_kind"] = str(exc), exc.kind
+            except (BrokerUnavailableError, OSError) as exc:  # give the broker up
+                for _, _, left in entries[index:]:
+                    left["problem"] = f"broker {broker_id} ({broker.host}:{broker.port}) could not be reached: {exc}"
+                    left["problem_kind"] = "unreachable"
+                break
 
 
 # --- writing ----------------------------------------------------------------------------
@@ -285,12 +268,12 @@ def delete_group(client, group: str) -> dict:
     paths = []
 
     def walk(path):
-        for child in _children(client, path):
+        for child in children(client, path):
             walk(f"{path}/{child}")
         paths.append(path)  # children first
     walk(root)
     offsets_root = layout.group_offsets_path(group)
-    topics = _children(client, offsets_root)
+    topics = children(client, offsets_root)
     offsets = sum(1 for path in paths if path.startswith(offsets_root + "/") and path.count("/") ==
                   offsets_root.count("/") + 2)
     transaction = client.transaction()

@@ -33,7 +33,7 @@ from kazoo.exceptions import NoNodeError
 from clients.consumer import SimpleConsumer
 from clients.errors import BrokerError, BrokerUnavailableError, ClientError
 from clients.lag_estimate import lag_messages
-from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
+from clients.zk_registry import children, read_brokers, read_topic_partitions, read_topics
 from mpbroker.errors import InvalidTopicError, MPBrokerError
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import close_client, start_client
@@ -93,13 +93,6 @@ def read_group_names(client) -> list:
         return []
 
 
-def _children(client, path: str) -> list:
-    try:
-        return sorted(client.get_children(path))
-    except NoNodeError:
-        return []
-
-
 def _value(client, path: str):
     try:
         return client.get(path)[0]
@@ -109,8 +102,8 @@ def _value(client, path: str):
 
 def group_summary(client, group: str) -> dict:
     base = f"{layout.CONSUMERS}/{group}"
-    topics = set(_children(client, f"{base}/owners")) | set(_children(client, f"{base}/offsets"))
-    return {"group": group, "members": len(_children(client, f"{base}/ids")), "topics": sorted(topics)}
+    topics = set(children(client, f"{base}/owners")) | set(children(client, f"{base}/offsets"))
+    return {"group": group, "members": len(children(client, f"{base}/ids")), "topics": sorted(topics)}
 
 
 def _subscription_dict(subscription) -> dict:
@@ -128,7 +121,7 @@ def read_group(client, group: str, *, broker_timeout_ms: int = BROKER_TIMEOUT_MS
     notes = []
 
     members, subscriptions = [], {}
-    for consumer_id in _children(client, layout.consumer_ids_path(group)):
+    for consumer_id in children(client, layout.consumer_ids_path(group)):
         value = _value(client, f"{base}/ids/{consumer_id}")
         if value is None:
             continue  # left between the two reads
@@ -143,7 +136,7 @@ def read_group(client, group: str, *, broker_timeout_ms: int = BROKER_TIMEOUT_MS
 
     # Topics: what the members subscribe to (filters over the registered topics), and
     # whatever the group has owners or offsets for.
-    topics = set(_children(client, f"{base}/owners")) | set(_children(client, f"{base}/offsets"))
+    topics = set(children(client, f"{base}/owners")) | set(children(client, f"{base}/offsets"))
     registered_topics = None
     for subscription in subscriptions.values():
         if subscription.pattern is None:
@@ -227,7 +220,7 @@ def subscribed_topics(subscriptions: dict) -> set:
 def _partition_values(client, path: str, topic: str, notes: list) -> dict:
     """``{PartitionId: value}`` of the ``<broker>-<partition>`` children of ``path``."""
     values = {}
-    for name in _children(client, path):
+    for name in children(client, path):
         try:
             partition = layout.parse_partition_node(name)
         except layout.LayoutError as exc:
@@ -239,32 +232,43 @@ def _partition_values(client, path: str, topic: str, notes: list) -> dict:
     return values
 
 
-def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list) -> None:
-    """Each row's ``log_end_offset`` from its broker, and with a committed offset its
-    lag in messages (one connection per broker; a broker that cannot be reached is
-    given up after its first failure)."""
+def rows_by_broker(rows: dict, brokers: dict, timeout_ms: int):
+    """Per broker id, in order: ``(broker_id, broker, consumer, entries)``, ``entries``
+    the ``(topic, partition, row)`` of its partitions in order and ``consumer`` a
+    SimpleConsumer of that broker, closed after its turn (broker and consumer None for a
+    broker that is not registered). One connection per broker."""
     by_broker = {}
-    for (topic, partition), row in rows.items():
+    for (topic, partition), row in sorted(rows.items()):
         by_broker.setdefault(partition.broker_id, []).append((topic, partition, row))
     for broker_id, entries in sorted(by_broker.items()):
         broker = brokers.get(broker_id)
         if broker is None:
-            notes.append(f"broker {broker_id} is not registered: no log end for its partitions")
+            yield broker_id, None, None, entries
             continue
         consumer = SimpleConsumer(broker.host, broker.port, connect_timeout_ms=timeout_ms,
                                   socket_timeout_ms=timeout_ms)
         try:
-            for topic, partition, row in sorted(entries, key=lambda e: (e[0], e[1])):
-                try:
-                    row["log_end_offset"] = consumer.latest_offset(topic, partition.partition)
-                    _fill_lag_messages(consumer, topic, partition, row, notes)
-                except (BrokerUnavailableError, OSError) as exc:  # no answer: give the broker up
-                    notes.append(f"broker {broker_id} ({broker.host}:{broker.port}) could not be reached: {exc}")
-                    break
-                except (BrokerError, MPBrokerError) as exc:
-                    notes.append(f"{topic} {partition.node()}: broker {broker_id} answered {exc}")
+            yield broker_id, broker, consumer, entries
         finally:
             consumer.close()
+
+
+def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list) -> None:
+    """Each row's ``log_end_offset`` from its broker, and with a committed offset its
+    lag in messages (a broker that cannot be reached is given up after its first failure)."""
+    for broker_id, broker, consumer, entries in rows_by_broker(rows, brokers, timeout_ms):
+        if broker is None:
+            notes.append(f"broker {broker_id} is not registered: no log end for its partitions")
+            continue
+        for topic, partition, row in entries:
+            try:
+                row["log_end_offset"] = consumer.latest_offset(topic, partition.partition)
+                _fill_lag_messages(consumer, topic, partition, row, notes)
+            except (BrokerUnavailableError, OSError) as exc:  # no answer: give the broker up
+                notes.append(f"broker {broker_id} ({broker.host}:{broker.port}) could not be reached: {exc}")
+                break
+            except (BrokerError, MPBrokerError) as exc:
+                notes.append(f"{topic} {partition.node()}: broker {broker_id} answered {exc}")
 
 
 def _fill_lag_messages(consumer, topic: str, partition, row: dict, notes: list) -> None:

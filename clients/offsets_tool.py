@@ -107,7 +107,7 @@ def _offsets(brokers, args, time_ms: int) -> list:
                 label = f"{broker.id}-{partition}" if len(brokers) > 1 else str(partition)
                 lines.append(f"{args.topic}:{label}:{','.join(map(str, offsets))}")
             if not found:  # 0.7 answers -1 and -2 with [0] for a topic it has no log of
-                found = any(consumer.has_log(args.topic, p) for p in range(count))
+                found = consumer.topic_has_log(args.topic, count)
     if not found:
         where = ", ".join(f"{broker.host}:{broker.port}" for broker in brokers)
         raise UnknownTopicError([args.topic], f"no partition has a log on {where}")

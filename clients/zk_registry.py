@@ -15,6 +15,14 @@ from mpbroker.registry import layout
 log = logging.getLogger(__name__)
 
 
+def children(client, path: str) -> list:
+    """The sorted children of ``path``; none when it does not exist."""
+    try:
+        return sorted(client.get_children(path))
+    except NoNodeError:
+        return []
+
+
 def read_brokers(client, watch=None) -> dict:
     """``{broker id: BrokerInfo}`` of every registered broker."""
     try:
