@@ -26,11 +26,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.broker_process import BenchBroker  # noqa: E402
 from bench.common import print_table, write_results  # noqa: E402
 from mpbroker.ipc.ring import Ring  # noqa: E402
-from mpbroker.protocol import requests as rq  # noqa: E402
-from mpbroker.protocol import responses as rs  # noqa: E402
-from mpbroker.protocol.framing import FrameReader  # noqa: E402
-from mpbroker.segments.message import encode_message_set  # noqa: E402
-from mpbroker.segments.message_set import decode_messages  # noqa: E402
+from mpbroker.codec import requests as rq  # noqa: E402
+from mpbroker.codec import responses as rs  # noqa: E402
+from mpbroker.codec.framing import FrameReader  # noqa: E402
+from mpbroker.codec.message import encode_message_set  # noqa: E402
+from mpbroker.codec.message_set import decode_messages  # noqa: E402
 
 MESSAGE_BYTES = 200
 FETCH_BYTES = 200 * 1024

@@ -23,7 +23,7 @@ from bench.broker_process import BenchBroker  # noqa: E402
 from bench.common import best_of, print_table, write_results  # noqa: E402
 from clients import Producer, SimpleConsumer  # noqa: E402
 from clients.consumer import MessageSet  # noqa: E402
-from mpbroker.segments.message import encode_message_set  # noqa: E402
+from mpbroker.codec.message import encode_message_set  # noqa: E402
 
 MESSAGE_BYTES = 200
 STORED_BYTES = MESSAGE_BYTES + 10

@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.common import best_of, print_table, write_results  # noqa: E402
 from mpbroker.segments import LogConfig, LogManager  # noqa: E402
-from mpbroker.segments.message import encode_message_set  # noqa: E402
-from mpbroker.segments.message_set import validate_message_set  # noqa: E402
+from mpbroker.codec.message import encode_message_set  # noqa: E402
+from mpbroker.codec.message_set import validate_message_set  # noqa: E402
 
 MB = 1 << 20
 

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.broker_bench import produce, wait_flushed  # noqa: E402
 from bench.broker_process import BenchBroker  # noqa: E402
 from bench.common import print_table, write_results  # noqa: E402
-from mpbroker.segments.message_set import decode_messages  # noqa: E402
+from mpbroker.codec.message_set import decode_messages  # noqa: E402
 from spark_loader.cli import spark_session  # noqa: E402
 from spark_loader.job import LoadOptions, run_load  # noqa: E402
 from spark_loader.plan import discover, make_plan  # noqa: E402

@@ -1,5 +1,5 @@
 """mpbroker's Python clients, on the codec in ``mpbroker.segments`` and the wire codec in
-``mpbroker.protocol``:
+``mpbroker.codec``:
 
 - ``Producer``: sync or async (background batching), key partitioner, gzip/snappy,
   fire-and-forget or acknowledged (append / flush) delivery;
@@ -18,7 +18,7 @@ from clients.errors import (
     QueueFullError,
 )
 from clients.producer import Producer, SendResult
-from mpbroker.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
+from mpbroker.codec.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
 
 __all__ = [
     "BrokerError",

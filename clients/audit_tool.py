@@ -55,10 +55,10 @@ from clients.audit_ledger import OPEN, AuditLedger
 from clients.cluster_reader import BROKER_TIMEOUT_MS, ZK_TIMEOUT_MS, ClusterReader
 from clients.envelope import MAGIC, EnvelopeError, open_envelope
 from clients.unknown_topics import UnknownTopicError, close_matches
-from mpbroker.errors import InvalidTopicError
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 EXIT_OK, EXIT_DISCREPANCY, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PROG = "mpbroker-audit"

@@ -13,9 +13,9 @@ import threading
 import time
 from typing import NamedTuple
 
-from mpbroker.errors import ErrorCode
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
 
 PROBE_BATCH = 64
 MAX_PARTITIONS_PER_BROKER = 1 << 16

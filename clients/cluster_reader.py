@@ -17,7 +17,7 @@ from clients.consumer import SimpleConsumer
 from clients.errors import BrokerError, BrokerUnavailableError
 from clients.group_report import connect
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
-from mpbroker.errors import MPBrokerError
+from mpbroker.codec.errors import MPBrokerError
 from mpbroker.registry.zk_client import close_client
 
 ZK_TIMEOUT_MS = 6000

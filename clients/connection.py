@@ -9,7 +9,7 @@ import socket
 import time
 
 from clients.errors import BrokerUnavailableError
-from mpbroker.protocol.framing import FrameReader
+from mpbroker.codec.framing import FrameReader
 
 MAX_RESPONSE_BYTES = 1 << 30
 _MAX_BACKOFF_S = 10.0

@@ -79,7 +79,7 @@ from clients.topic_filter import Blacklist, Whitelist
 from clients.unknown_topics import UnknownTopicError
 from clients.zk_consumer import ConsumerConnector
 from clients.zk_registry import read_topics
-from mpbroker.errors import (
+from mpbroker.codec.errors import (
     InvalidTopicError,
     MessageSizeTooLargeError,
     MPBrokerError,
@@ -87,7 +87,7 @@ from mpbroker.errors import (
 )
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable, close_client, start_client
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 DEFAULT_FETCH_SIZE = 1024 * 1024

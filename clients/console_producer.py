@@ -32,8 +32,8 @@ import sys
 
 from clients.errors import BrokerUnavailableError, ClientError
 from clients.producer import Producer
-from mpbroker.errors import InvalidTopicError, MPBrokerError
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
+from mpbroker.codec.topic_names import check_topic
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 

@@ -45,11 +45,11 @@ from clients.errors import (
     NotAMessageBoundaryError,
     error_for,
 )
-from mpbroker.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError, OffsetOutOfRangeError
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.segments.message import LENGTH_SIZE
-from mpbroker.segments.message_set import decode_messages
+from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError, OffsetOutOfRangeError
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.message import LENGTH_SIZE
+from mpbroker.codec.message_set import decode_messages
 
 LATEST_TIME = -1
 EARLIEST_TIME = -2

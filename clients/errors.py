@@ -1,7 +1,7 @@
-"""Errors the clients raise besides the wire ones of ``mpbroker.errors``
+"""Errors the clients raise besides the wire ones of ``mpbroker.codec.errors``
 (OffsetOutOfRangeError, MessageSizeTooLargeError, ...), which they raise as they are."""
 
-from mpbroker.errors import (
+from mpbroker.codec.errors import (
     ErrorCode,
     InvalidFetchSizeError,
     InvalidMessageError,
@@ -78,7 +78,7 @@ _EXCEPTION_FOR_CODE = {
 
 
 def error_for(code: int, context: str, fallback=ProduceError) -> Exception:
-    """The exception a wire error code stands for: the mpbroker.errors class of that
+    """The exception a wire error code stands for: the mpbroker.codec.errors class of that
     code (so callers can catch OffsetOutOfRangeError and friends), else ``fallback``
     carrying the code (-1 Unknown, or a code this client does not know)."""
     try:

@@ -20,7 +20,7 @@ import threading
 
 from clients.consumer import SimpleConsumer
 from clients.errors import BrokerUnavailableError, ClientError
-from mpbroker.errors import ErrorCode, MessageSizeTooLargeError, MPBrokerError
+from mpbroker.codec.errors import ErrorCode, MessageSizeTooLargeError, MPBrokerError
 
 log = logging.getLogger(__name__)
 

@@ -36,10 +36,10 @@ from clients.errors import BrokerUnavailableError
 from clients.group_report import GroupNotFound, rows_by_broker
 from clients.offset_targets import Target, TargetError, resolve
 from clients.zk_registry import children, read_brokers, read_topic_partitions
-from mpbroker.errors import InvalidTopicError
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.registry import layout
 from mpbroker.registry.layout import PartitionId
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 BROKER_TIMEOUT_MS = 3000
 # The exit code each kind of problem gives (see groups_tool): an offset that cannot be

@@ -34,7 +34,7 @@ from clients.consumer import SimpleConsumer
 from clients.errors import BrokerError, BrokerUnavailableError, ClientError
 from clients.lag_estimate import lag_messages
 from clients.zk_registry import children, read_brokers, read_topic_partitions, read_topics
-from mpbroker.errors import InvalidTopicError, MPBrokerError
+from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import close_client, start_client
 

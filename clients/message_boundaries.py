@@ -13,11 +13,11 @@ through ``request`` (one request in, one answer out, as in ``clients.brokers``).
 import struct
 
 from clients.errors import BrokerError, ClientError, CorruptMessageError, error_for
-from mpbroker.errors import InvalidMessageError, OffsetOutOfRangeError
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.segments.message import LENGTH_SIZE, V0_HEADER_SIZE
-from mpbroker.segments.message_set import TruncatedMessageError, decode_messages, validate_message_set
+from mpbroker.codec.errors import InvalidMessageError, OffsetOutOfRangeError
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.message import LENGTH_SIZE, V0_HEADER_SIZE
+from mpbroker.codec.message_set import TruncatedMessageError, decode_messages, validate_message_set
 
 _LENGTH = struct.Struct(">i")
 _NO_SIZE_LIMIT = 1 << 62

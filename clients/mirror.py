@@ -65,7 +65,7 @@ from clients.topic_filter import TopicFilter
 from clients.topic_spread import TopicSpreadTimeout
 from clients.zk_brokers import ZkBrokerPartitions
 from clients.zk_consumer import ConsumerConnector
-from mpbroker.errors import InvalidMessageError, InvalidTopicError, MessageSizeTooLargeError, MPBrokerError
+from mpbroker.codec.errors import InvalidMessageError, InvalidTopicError, MessageSizeTooLargeError, MPBrokerError
 from mpbroker.registry import layout
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from typing import NamedTuple
 from clients.consumer import EARLIEST_TIME, LATEST_TIME
 from clients.errors import BrokerError, NotAMessageBoundaryError
 from clients.offset_times import parse_iso8601, start_offset_for_time
-from mpbroker.errors import InvalidMessageError, MPBrokerError
+from mpbroker.codec.errors import InvalidMessageError, MPBrokerError
 
 FIRST_CHECK_BYTES = 64 * 1024  # the first fetch at a given offset
 MAX_CHECK_BYTES = 64 * 1024 * 1024  # the largest message whose start is checked

@@ -27,8 +27,8 @@ from clients.consumer import SimpleConsumer
 from clients.errors import BrokerUnavailableError, ClientError
 from clients.offset_times import LATEST_TIME, parse_time
 from clients.unknown_topics import UnknownTopicError
-from mpbroker.errors import InvalidTopicError, MPBrokerError
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
+from mpbroker.codec.topic_names import check_topic
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PROG = "mpbroker-get-offsets"

@@ -44,13 +44,13 @@ from clients.producer_audit import ProducerAuditor
 from clients.settings import ProducerSettings
 from clients.topic_spread import DEFAULT_WAIT_S, TopicSpreadTimeout, spread_topic
 from clients.zk_brokers import ZkBrokerPartitions
-from mpbroker.errors import ErrorCode, MessageSizeTooLargeError
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.protocol.requests import Durability
-from mpbroker.segments.compression import compress
-from mpbroker.segments.message import encode_message, encode_message_set
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.errors import ErrorCode, MessageSizeTooLargeError
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.requests import Durability
+from mpbroker.codec.compression import compress
+from mpbroker.codec.message import encode_message, encode_message_set
+from mpbroker.codec.topic_names import check_topic
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ Unknown keys are refused with the list of known ones; values are checked and typ
 
 from dataclasses import dataclass, fields
 
-from mpbroker.errors import InvalidTopicError
-from mpbroker.segments.message import codec_from_name
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.codec.message import codec_from_name
+from mpbroker.codec.topic_names import check_topic
 
 ACKS = ("none", "append", "flush")
 _ALIASES = {"queue.enqueueTimeout.ms": "queue_enqueue_timeout_ms"}  # 0.7's spelling

@@ -20,10 +20,10 @@ mirror before it mirrors a topic.
 import time
 
 from clients.errors import RETRIABLE_CODES, BrokerUnavailableError, ClientError, error_for
-from mpbroker.errors import ErrorCode
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.protocol.requests import Durability
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.requests import Durability
 
 DEFAULT_WAIT_S = 10.0
 RETRY_AFTER_S = 1.0  # a broker still missing after this is asked again (its create failed, or was not enough)

@@ -46,7 +46,7 @@ from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.registry import layout
 from mpbroker.registry.layout import PartitionId
 from mpbroker.registry.zk_client import ZK_ERRORS, close_client, start_client
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 log = logging.getLogger(__name__)
 

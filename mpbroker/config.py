@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, fields
 from typing import Callable
 
-from mpbroker.errors import InvalidTopicError
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.segments.log_config import HOUR_MS, LogConfig
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 MAX_WORKERS = 256
 CONTROL_SOCKET_NAME = "mpbroker.sock"

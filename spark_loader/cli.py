@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s {PROG} %(levelname)s %(name)s: %(message)s")
     for noisy in ("kazoo", "py4j"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    from mpbroker.errors import InvalidTopicError
-    from mpbroker.segments.naming import check_topic
+    from mpbroker.codec.errors import InvalidTopicError
+    from mpbroker.codec.topic_names import check_topic
     from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable
     from clients.errors import BrokerUnavailableError
     from spark_loader.job import LoadOptions, discover_source, run_load

@@ -24,7 +24,7 @@ from clients.unknown_topics import UnknownTopicError
 from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import close_client, start_client
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 log = logging.getLogger(__name__)
 

@@ -47,7 +47,7 @@ from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
-from mpbroker.protocol.framing import READ_CHUNK, MalformedRequestError
+from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
 
 log = logging.getLogger(__name__)
 

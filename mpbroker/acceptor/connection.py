@@ -22,7 +22,7 @@ import socket
 from collections import deque
 
 from mpbroker.ipc.counters import BYTES_SENT
-from mpbroker.protocol.framing import FrameReader
+from mpbroker.codec.framing import FrameReader
 
 REQUEST_TYPE_BYTES = 2  # the least a request frame holds
 

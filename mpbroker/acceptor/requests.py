@@ -16,12 +16,12 @@ import logging
 import random
 import struct
 
-from mpbroker.errors import ErrorCode, InvalidTopicError
+from mpbroker.codec.errors import ErrorCode, InvalidTopicError
 from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
 from mpbroker.ipc.messages import Mode
 from mpbroker.ownership import owner_slot
-from mpbroker.protocol import responses
-from mpbroker.protocol.requests import (
+from mpbroker.codec import responses
+from mpbroker.codec.requests import (
     RANDOM_PARTITION,
     Durability,
     FetchRequest,
@@ -32,7 +32,7 @@ from mpbroker.protocol.requests import (
     ProduceRequest,
     decode_request,
 )
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.topic_names import check_topic
 
 from mpbroker.acceptor.connection import FileChunk
 

@@ -14,7 +14,7 @@ import os
 from typing import NamedTuple
 
 from mpbroker.clock import wall_clock_ms
-from mpbroker.errors import ErrorCode, OffsetOutOfRangeError
+from mpbroker.codec.errors import ErrorCode, OffsetOutOfRangeError
 from mpbroker.ipc.partition_table import TornEntryError
 from mpbroker.ownership import owner_slot
 from mpbroker.segments.log_view import locate

@@ -24,8 +24,8 @@ import socket
 import time
 from typing import NamedTuple
 
-from mpbroker.errors import InvalidTopicError
-from mpbroker.segments.naming import check_topic
+from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.codec.topic_names import check_topic
 
 BROKER_IDS = "/brokers/ids"
 BROKER_TOPICS = "/brokers/topics"

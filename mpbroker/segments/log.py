@@ -19,11 +19,12 @@ from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.durability import sync_directory
-from mpbroker.errors import LogCorruptError, StorageError
+from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.segments import retention
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.log_view import locate
-from mpbroker.segments.naming import check_topic, partition_path
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments.naming import partition_path
 from mpbroker.segments.offsets import offsets_before
 from mpbroker.segments.recovery import open_segments
 from mpbroker.segments.segment import Segment

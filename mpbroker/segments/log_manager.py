@@ -10,11 +10,12 @@ built, so nothing is ever created outside ``log.dir``.
 import logging
 import os
 
-from mpbroker.errors import StorageError
+from mpbroker.codec.errors import StorageError
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.segments.log import Log
 from mpbroker.segments.log_config import LogConfig
-from mpbroker.segments.naming import check_topic, parse_partition_dir
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments.naming import parse_partition_dir
 from mpbroker.segments.clean_shutdown import MARKER_NAME
 
 log = logging.getLogger(__name__)

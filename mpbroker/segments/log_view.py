@@ -9,7 +9,7 @@ serves fetches from segment files it did not write (the acceptor). Pure function
 from bisect import bisect_right
 from typing import NamedTuple
 
-from mpbroker.errors import OffsetOutOfRangeError
+from mpbroker.codec.errors import OffsetOutOfRangeError
 
 
 class Extent(NamedTuple):

@@ -1,37 +1,19 @@
-"""Names on disk: topic-name rules, partition directories and segment file names.
+"""Names on disk: partition directories and segment file names.
 
-A topic name becomes a directory name, so it is held to ``[A-Za-z0-9._-]{1,249}``
-and may not be ``.`` or ``..``; every path built here stays inside ``log.dir``. 249
-(the limit later Kafka chose) leaves room for ``-<partition>`` within a file name's
-255 bytes for partitions below 100000.
+A partition's directory is ``<topic>-<partition>`` with the topic held to the codec's
+topic rule (``mpbroker.codec.topic_names``); every path built here stays inside
+``log.dir``.
 """
 
 import os
 import re
 
-from mpbroker.errors import InvalidTopicError
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.codec.errors import InvalidTopicError
 
-MAX_TOPIC_LENGTH = 249
 SEGMENT_SUFFIX = ".kafka"
-_TOPIC_RE = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 _SEGMENT_RE = re.compile(r"(\d{20})\.kafka\Z")
 _PARTITION_DIR_RE = re.compile(r"([A-Za-z0-9._-]{1,249})-(\d{1,10})\Z")
-
-
-def check_topic(topic) -> str:
-    """Return ``topic`` as ``str`` if it is a legal topic name, else raise InvalidTopicError."""
-    if isinstance(topic, (bytes, bytearray, memoryview)):
-        try:
-            topic = bytes(topic).decode("ascii")
-        except UnicodeDecodeError:
-            raise InvalidTopicError(f"topic name {bytes(topic)[:64]!r} is not ASCII") from None
-    if not isinstance(topic, str) or not _TOPIC_RE.match(topic) or topic in (".", ".."):
-        shown = topic[:64] + "..." if isinstance(topic, str) and len(topic) > 64 else topic
-        raise InvalidTopicError(
-            f"illegal topic name {shown!r}: use 1-{MAX_TOPIC_LENGTH} characters from [A-Za-z0-9._-], "
-            "not '.' or '..'"
-        )
-    return topic
 
 
 def partition_dir_name(topic: str, partition: int) -> str:

@@ -31,8 +31,8 @@ import logging
 import mmap
 import os
 
-from mpbroker.errors import LogCorruptError, StorageError
-from mpbroker.segments.message_set import validate_message_set
+from mpbroker.codec.errors import LogCorruptError, StorageError
+from mpbroker.codec.message_set import validate_message_set
 from mpbroker.segments.naming import SEGMENT_SUFFIX, parse_segment_file_name, segment_file_name
 from mpbroker.segments.segment import Segment
 

@@ -10,7 +10,7 @@ import errno
 import os
 import stat
 
-from mpbroker.errors import LogCorruptError, StorageError
+from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.segments.naming import segment_file_name
 
 _OPEN_FLAGS = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC

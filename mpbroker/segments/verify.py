@@ -15,7 +15,7 @@ import os
 import sys
 from typing import NamedTuple
 
-from mpbroker.segments.message_set import validate_message_set
+from mpbroker.codec.message_set import validate_message_set
 from mpbroker.segments.naming import list_segment_bases, parse_partition_dir, segment_file_name
 
 _UNLIMITED = 1 << 62

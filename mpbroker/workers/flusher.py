@@ -18,7 +18,7 @@ import select
 import threading
 import time
 
-from mpbroker.errors import StorageError
+from mpbroker.codec.errors import StorageError
 from mpbroker.ipc.counters import record_flush
 from mpbroker.segments.log import sync_pending
 from mpbroker.segments.recovery_points import write_checkpoint

@@ -7,9 +7,9 @@ import itertools
 import threading
 import time
 
-from mpbroker.errors import ErrorCode
-from mpbroker.segments.message import encode_message_set
-from mpbroker.segments.message_set import iter_messages
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec.message import encode_message_set
+from mpbroker.codec.message_set import iter_messages
 
 from .wire import WireClient
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from mpbroker.protocol import requests as rq
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec import requests as rq
+from mpbroker.codec.message import encode_message_set
 
 from .wire import WireClient
 

@@ -18,7 +18,7 @@ import pytest
 from mpbroker.control_server import (ANSWER_DEADLINE_S, MAX_CLIENTS, MAX_REQUEST_BYTES, MAX_REQUEST_NESTING,
                                      REQUEST_DEADLINE_S, nesting_depth, parse_request)
 from mpbroker.ctl import call
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 from tests.polling import wait_for
 
 from .wire import WireClient

@@ -7,7 +7,7 @@ import struct
 import subprocess
 import sys
 
-from mpbroker.segments.message import CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY
+from mpbroker.codec.message import CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY
 
 
 def _top_level_codecs(path: str) -> list:

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from mpbroker.segments.message_set import validate_message_set
+from mpbroker.codec.message_set import validate_message_set
 
 from .load import AckedLoad, read_everything
 

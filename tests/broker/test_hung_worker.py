@@ -9,9 +9,9 @@ import signal
 import threading
 import time
 
-from mpbroker.errors import ErrorCode
+from mpbroker.codec.errors import ErrorCode
 from mpbroker.ownership import owner_slot
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 
 from .wire import WireClient
 

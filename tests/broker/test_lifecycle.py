@@ -10,7 +10,7 @@ import sys
 import time
 
 from mpbroker.segments.clean_shutdown import MARKER_NAME
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 
 from .wire import WireClient
 

@@ -9,10 +9,10 @@ import zlib
 
 import pytest
 
-from mpbroker.protocol import requests as rq
-from mpbroker.segments import compression
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
-from mpbroker.segments.message_set import iter_messages
+from mpbroker.codec import requests as rq
+from mpbroker.codec import compression
+from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
+from mpbroker.codec.message_set import iter_messages
 
 from .wire import WireClient
 

@@ -11,9 +11,9 @@ import signal
 import socket
 import time
 
-from mpbroker.errors import ErrorCode
-from mpbroker.protocol import requests as rq
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec import requests as rq
+from mpbroker.codec.message import encode_message_set
 from mpbroker.segments.naming import partition_dir_name, segment_file_name
 from tests.polling import wait_for
 

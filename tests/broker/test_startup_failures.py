@@ -16,7 +16,7 @@ import pytest
 
 from mpbroker.ownership import owner_slot
 from mpbroker.segments.clean_shutdown import MARKER_NAME
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 from mpbroker.segments.naming import segment_file_name
 
 from .wire import WireClient

@@ -2,10 +2,10 @@
 
 import socket
 
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.protocol.framing import FrameReader
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.framing import FrameReader
+from mpbroker.codec.message import encode_message_set
 
 
 class WireClient:

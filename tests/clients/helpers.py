@@ -6,7 +6,7 @@ import signal
 
 from clients import SimpleConsumer
 from mpbroker.registry.local_zookeeper import free_port  # noqa: F401  (the tests take it from here)
-from mpbroker.segments.message import V1_OVERHEAD
+from mpbroker.codec.message import V1_OVERHEAD
 from tests import polling
 
 HOST = "127.0.0.1"

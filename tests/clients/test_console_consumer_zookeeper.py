@@ -16,7 +16,7 @@ from clients.producer import Producer
 from clients.zk_consumer import ConsumerConnector
 from clients.zk_registry import read_topics
 from mpbroker.registry.zk_client import close_client, start_client
-from mpbroker.segments.message import V1_OVERHEAD
+from mpbroker.codec.message import V1_OVERHEAD
 
 from .helpers import HOST, set_bytes, wait_for
 

@@ -15,7 +15,7 @@ import pytest
 
 from clients import Producer
 from clients.partitioner import default_partitioner
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY, V1_OVERHEAD
+from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, V1_OVERHEAD
 
 from tests.broker.wire import WireClient
 

@@ -20,10 +20,10 @@ from clients import (
 from clients.consumer import EARLIEST_TIME, LATEST_TIME, MessageSet
 from clients.errors import CorruptMessageError, NotAMessageBoundaryError
 from clients.partitioner import default_partitioner
-from mpbroker.errors import InvalidMessageError, WrongPartitionError
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.segments.message import V1_OVERHEAD, encode_message_set
+from mpbroker.codec.errors import InvalidMessageError, WrongPartitionError
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.message import V1_OVERHEAD, encode_message_set
 
 from .helpers import HOST, PARTITIONS, broker_list, set_bytes
 

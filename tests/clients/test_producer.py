@@ -20,9 +20,9 @@ from clients import (
     SimpleConsumer,
 )
 from clients.partitioner import default_partitioner
-from mpbroker.errors import InvalidTopicError
-from mpbroker.segments.compression import decompress
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY, encode_message_set
+from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.codec.compression import decompress
+from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, encode_message_set
 
 from tests.broker.wire import WireClient
 

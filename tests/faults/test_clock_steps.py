@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 from tests.broker.wire import WireClient
 from tests.polling import wait_for
 

@@ -34,12 +34,12 @@ import zlib
 import pytest
 
 from mpbroker.ctl import call
-from mpbroker.errors import ErrorCode
+from mpbroker.codec.errors import ErrorCode
 from mpbroker.ownership import owner_slot
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.segments import compression
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec import compression
+from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 
 from tests.broker.wire import WireClient
 

@@ -8,8 +8,8 @@ topics left empty partition directories behind."""
 import os
 import resource
 
-from mpbroker.errors import ErrorCode
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec.message import encode_message_set
 
 from tests.broker.wire import WireClient
 

@@ -27,8 +27,8 @@ import time
 
 from mpbroker.ipc import messages
 from mpbroker.ownership import owner_slot
-from mpbroker.protocol import requests as rq
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec import requests as rq
+from mpbroker.codec.message import encode_message_set
 
 from tests.broker.wire import WireClient
 from tests.polling import wait_for

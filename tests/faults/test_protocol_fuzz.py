@@ -57,15 +57,16 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from mpbroker.config import config_from_properties
-from mpbroker.errors import InvalidTopicError
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.ownership import owner_slot
-from mpbroker.protocol import requests as rq
-from mpbroker.protocol import responses as rs
-from mpbroker.protocol.framing import FrameReader, MalformedRequestError
-from mpbroker.segments import compression
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY
-from mpbroker.segments.message_set import decode_messages, validate_message_set
-from mpbroker.segments.naming import check_topic, parse_partition_dir, parse_segment_file_name
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.framing import FrameReader, MalformedRequestError
+from mpbroker.codec import compression
+from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY
+from mpbroker.codec.message_set import decode_messages, validate_message_set
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments.naming import parse_partition_dir, parse_segment_file_name
 from mpbroker.segments.recovery_points import is_checkpoint_file
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient

@@ -11,10 +11,10 @@ import signal
 import struct
 import time
 
-from mpbroker.errors import ErrorCode
+from mpbroker.codec.errors import ErrorCode
 from mpbroker.ipc import partition_table as pt
-from mpbroker.protocol import requests as rq
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec import requests as rq
+from mpbroker.codec.message import encode_message_set
 from mpbroker.segments.recovery_points import read_checkpoint
 from mpbroker.supervisor import PARTITIONS_PER_WORKER
 

@@ -18,8 +18,8 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as openmetrics_families
 from prometheus_client.parser import text_string_to_metric_families
 
-from mpbroker.protocol import requests as rq
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec import requests as rq
+from mpbroker.codec.message import encode_message_set
 
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient

@@ -16,7 +16,7 @@ from kazoo.security import make_acl
 
 from clients.producer import Producer
 from mpbroker.registry.layout import split_zk_connect
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient
 from tests.ops.notify_socket import NotifySocket, launch, ready_port

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 from mpbroker.systemd import monotonic_usec
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient

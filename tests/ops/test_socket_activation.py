@@ -11,7 +11,7 @@ import time
 import pytest
 
 from mpbroker.registry.local_zookeeper import free_port
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient

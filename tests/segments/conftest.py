@@ -4,7 +4,7 @@ import pytest
 
 from mpbroker.segments import LogConfig
 from mpbroker.segments.log import Log
-from mpbroker.segments.message import encode_message_set
+from mpbroker.codec.message import encode_message_set
 
 
 class FakeClock:

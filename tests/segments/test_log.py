@@ -6,10 +6,10 @@ import threading
 
 import pytest
 
-from mpbroker.errors import OffsetOutOfRangeError, StorageError
+from mpbroker.codec.errors import OffsetOutOfRangeError, StorageError
 from mpbroker.segments.log import LogRemovedError, sync_pending
 from mpbroker.segments.log_view import locate
-from mpbroker.segments.message_set import iter_messages, validate_message_set
+from mpbroker.codec.message_set import iter_messages, validate_message_set
 
 from .conftest import message_set
 
@@ -163,7 +163,7 @@ def test_locate_is_pure_arithmetic():
 def test_fetched_bytes_iterate_back_to_the_messages(open_log):
     log = open_log(segment_bytes=500)
     payloads = [b"event-%d" % i for i in range(200)]
-    from mpbroker.segments.message import encode_message_set
+    from mpbroker.codec.message import encode_message_set
 
     for start in range(0, 200, 10):
         log.append(encode_message_set(payloads[start:start + 10]), 10)

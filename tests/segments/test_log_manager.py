@@ -8,11 +8,12 @@ import textwrap
 
 import pytest
 
-from mpbroker.errors import InvalidTopicError, StorageError
+from mpbroker.codec.errors import InvalidTopicError, StorageError
 from mpbroker.segments import LogConfig, LogManager
 from mpbroker.segments.clean_shutdown import take_marker, write_marker
-from mpbroker.segments.message_set import validate_message_set
-from mpbroker.segments.naming import check_topic, parse_partition_dir
+from mpbroker.codec.message_set import validate_message_set
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments.naming import parse_partition_dir
 
 from .conftest import message_set
 
@@ -96,9 +97,9 @@ def test_reconfigure_and_flush_scheduling(tmp_path):
 ENOSPC_SCRIPT = textwrap.dedent(
     """
     import resource, signal, sys
-    from mpbroker.errors import StorageError
+    from mpbroker.codec.errors import StorageError
     from mpbroker.segments import LogManager
-    from mpbroker.segments.message import encode_message_set
+    from mpbroker.codec.message import encode_message_set
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     resource.setrlimit(resource.RLIMIT_FSIZE, (50_000, 50_000))
     log = LogManager(sys.argv[1]).get_or_create("full", 0)

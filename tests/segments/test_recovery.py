@@ -6,10 +6,10 @@ import struct
 
 import pytest
 
-from mpbroker.errors import LogCorruptError
-from mpbroker.segments.message import encode_message
+from mpbroker.codec.errors import LogCorruptError
+from mpbroker.codec.message import encode_message
 from mpbroker.segments.log import sync_pending
-from mpbroker.segments.message_set import validate_message_set
+from mpbroker.codec.message_set import validate_message_set
 
 from .conftest import message_set
 

@@ -30,7 +30,7 @@ from clients import Producer, SimpleConsumer
 from clients.unknown_topics import UnknownTopicError
 from clients.zk_registry import read_topic_partitions
 from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
-from mpbroker.segments.message import V1_OVERHEAD
+from mpbroker.codec.message import V1_OVERHEAD
 from spark_loader.cli import spark_session
 from spark_loader.job import CRASH_ENV, LoadOptions, run_load
 from spark_loader.state import LoaderState, LoadLockedError

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpbroker.errors import InvalidMessageError, MessageSizeTooLargeError
-from mpbroker.segments import compression
-from mpbroker.segments.message import (
+from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError
+from mpbroker.codec import compression
+from mpbroker.codec.message import (
     CODEC_GZIP,
     CODEC_NONE,
     CODEC_SNAPPY,
@@ -21,7 +21,7 @@ from mpbroker.segments.message import (
     encode_message_set,
     encode_message_v0,
 )
-from mpbroker.segments.message_set import (
+from mpbroker.codec.message_set import (
     TruncatedMessageError,
     iter_messages,
     validate_message_set,

@@ -15,8 +15,8 @@ import zlib
 
 import snappy
 
-from mpbroker.errors import InvalidMessageError
-from mpbroker.segments.message import CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY
+from mpbroker.codec.errors import InvalidMessageError
+from mpbroker.codec.message import CODEC_GZIP, CODEC_NONE, CODEC_SNAPPY
 
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)

@@ -11,7 +11,7 @@ error code. Encoders for the broker, decoders for the clients. Sans-IO.
 import struct
 from typing import NamedTuple
 
-from mpbroker.protocol.framing import SIZE, MalformedRequestError
+from mpbroker.codec.framing import SIZE, MalformedRequestError
 
 ERROR_HEADER = struct.Struct(">ih")  # size, error: the first 6 bytes of every response
 ERROR_HEADER_BYTES = ERROR_HEADER.size

@@ -14,9 +14,9 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from mpbroker.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError
-from mpbroker.segments.compression import decompress
-from mpbroker.segments.message import (
+from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError
+from mpbroker.codec.compression import decompress
+from mpbroker.codec.message import (
     CODEC_MASK,
     CODEC_NONE,
     LENGTH_SIZE,

@@ -25,7 +25,7 @@ per frame; the reader itself never reads a clock.
 
 import struct
 
-from mpbroker.errors import MPBrokerError
+from mpbroker.codec.errors import MPBrokerError
 
 SIZE = struct.Struct(">i")
 SIZE_BYTES = 4

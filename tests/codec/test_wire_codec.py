@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from mpbroker.protocol.framing import FrameReader, MalformedRequestError
-from mpbroker.protocol.requests import (
+from mpbroker.codec.framing import FrameReader, MalformedRequestError
+from mpbroker.codec.requests import (
     Durability,
     FetchRequest,
     MultiFetchRequest,
@@ -29,7 +29,7 @@ from mpbroker.protocol.requests import (
     produce_acked_parts,
     produce_parts,
 )
-from mpbroker.protocol.responses import (
+from mpbroker.codec.responses import (
     MalformedResponseError,
     ProduceAck,
     decode_multifetch,

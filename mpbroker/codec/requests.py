@@ -5,14 +5,14 @@ A frame body is ``[int16 request_type][fields]``; strings are ``[int16 length][b
 Decoding is strict: a truncated body, a negative length or count, an unknown type or
 trailing bytes raise MalformedRequestError. Topic names come back as ``str``
 (decoded byte for byte, latin-1) and are *not* checked here: whether a name is
-acceptable is the broker's rule (``mpbroker.segments.naming.check_topic``).
+acceptable is the broker's rule (``mpbroker.codec.topic_names.check_topic``).
 """
 
 import struct
 from enum import IntEnum
 from typing import NamedTuple
 
-from mpbroker.protocol.framing import SIZE, MalformedRequestError
+from mpbroker.codec.framing import SIZE, MalformedRequestError
 
 
 class RequestType(IntEnum):

@@ -6,10 +6,10 @@ import struct
 import pytest
 import snappy
 
-from mpbroker.errors import InvalidMessageError
-from mpbroker.segments import compression
-from mpbroker.segments.compression import InflateLimitError
-from mpbroker.segments.message import CODEC_GZIP, CODEC_SNAPPY
+from mpbroker.codec.errors import InvalidMessageError
+from mpbroker.codec import compression
+from mpbroker.codec.compression import InflateLimitError
+from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY
 
 
 def test_gzip_is_a_standard_gzip_stream():
