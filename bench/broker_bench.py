@@ -1,6 +1,6 @@
 """The paper's producer and consumer experiments against a real broker on this machine.
 
-    python bench/broker_bench.py [--messages N] [--batch-1-messages N] [--workers W]
+    python -m bench.broker_bench [--messages N] [--batch-1-messages N] [--workers W]
 
 Producer: one producer, 200-byte messages, batches of 1 and of 50 messages per
 request, fire-and-forget (0.7 PRODUCE) and acknowledged (PRODUCE_ACKED, durability
@@ -18,19 +18,16 @@ import collections
 import os
 import select
 import socket
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.broker_process import BenchBroker  # noqa: E402
-from bench.common import print_table, write_results  # noqa: E402
-from mpbroker.ipc.ring import Ring  # noqa: E402
-from mpbroker.codec import requests as rq  # noqa: E402
-from mpbroker.codec import responses as rs  # noqa: E402
-from mpbroker.codec.framing import FrameReader  # noqa: E402
-from mpbroker.codec.message import encode_message_set  # noqa: E402
-from mpbroker.codec.message_set import decode_messages  # noqa: E402
+from bench.broker_process import BenchBroker
+from bench.common import print_table, write_results
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.framing import FrameReader
+from mpbroker.codec.message import encode_message_set
+from mpbroker.codec.message_set import decode_messages
+from mpbroker.ipc.ring import Ring
 
 MESSAGE_BYTES = 200
 FETCH_BYTES = 200 * 1024

@@ -5,7 +5,7 @@ import os
 import shutil
 import tempfile
 
-from mpbroker.local_broker import LocalBroker
+from mpbroker.testing.local_broker import LocalBroker
 
 
 class BenchBroker(LocalBroker):

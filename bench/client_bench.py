@@ -1,6 +1,6 @@
 """The Python clients against a real broker: what an application gets.
 
-    python bench/client_bench.py [--messages N] [--sync-messages N]
+    python -m bench.client_bench [--messages N] [--sync-messages N]
 
 Producer (``clients.Producer``, 200-byte messages, no keys): sync with one message per
 ``send`` call; async with batches of 50 (fire-and-forget, and acknowledged once
@@ -14,16 +14,13 @@ and a decoded answer at a time (``message_sets()``), and the decoding alone
 
 import argparse
 import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.broker_process import BenchBroker  # noqa: E402
-from bench.common import best_of, print_table, write_results  # noqa: E402
-from clients import Producer, SimpleConsumer  # noqa: E402
-from clients.consumer import MessageSet  # noqa: E402
-from mpbroker.codec.message import encode_message_set  # noqa: E402
+from bench.broker_process import BenchBroker
+from bench.common import best_of, print_table, write_results
+from mpbroker.clients import Producer, SimpleConsumer
+from mpbroker.clients.consumer.simple_consumer import MessageSet
+from mpbroker.codec.message import encode_message_set
 
 MESSAGE_BYTES = 200
 STORED_BYTES = MESSAGE_BYTES + 10

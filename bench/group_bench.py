@@ -1,6 +1,6 @@
 """How long a consumer group takes to settle after a member joins, leaves or dies.
 
-    python bench/group_bench.py [--consumers 10] [--partitions 40] [--repeats 3]
+    python -m bench.group_bench [--consumers 10] [--partitions 40] [--repeats 3]
                                 [--backoff-ms 2000,200] [--session-ms 6000]
 
 A real ZooKeeper and two brokers (``partitions / 2`` partitions each) on this machine;
@@ -23,18 +23,16 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
 
-from kazoo.client import KazooClient  # noqa: E402
-from kazoo.exceptions import NoNodeError  # noqa: E402
-
-from bench.broker_process import BenchBroker  # noqa: E402
-from bench.common import print_table, write_results  # noqa: E402
-from clients.producer import Producer  # noqa: E402
-from clients.rebalance import assign_range  # noqa: E402
-from mpbroker.registry import layout  # noqa: E402
-from mpbroker.registry.local_zookeeper import ZooKeeperServer  # noqa: E402
-from mpbroker.registry.zk_client import ensure_chroot  # noqa: E402
+from bench.broker_process import BenchBroker
+from bench.common import print_table, write_results
+from mpbroker.clients.groups.rebalance import assign_range
+from mpbroker.clients.producer.producer import Producer
+from mpbroker.registry import layout
+from mpbroker.registry.zk_client import ensure_chroot
+from mpbroker.testing.local_zookeeper import ZooKeeperServer
 
 TOPIC = "settle"
 GROUP = "bench"

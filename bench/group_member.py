@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from clients.zk_consumer import ConsumerConnector
+from mpbroker.clients.groups.connector import ConsumerConnector
 
 
 def main(argv) -> int:

@@ -1,7 +1,7 @@
 """End-to-end latency of mpbroker at a steady rate (issue 8): the time from a
 producer's send to a consumer's receipt of each message.
 
-    python bench/latency_bench.py [--rate 10000] [--seconds 20] [--warmup 2] [--cooldown 1]
+    python -m bench.latency_bench [--rate 10000] [--seconds 20] [--warmup 2] [--cooldown 1]
 
 One producer process sends 200-byte messages stamped with CLOCK_MONOTONIC at a steady
 ``--rate`` (sync ``clients.Producer``, fire-and-forget, the messages due at each moment
@@ -17,20 +17,16 @@ p50/p99/p99.9 go to bench/results/latency.{json,md}.
 """
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.broker_process import BenchBroker  # noqa: E402
-from bench.common import print_table, write_results  # noqa: E402
-from bench.interrupts import stop_on_signals  # noqa: E402
-from bench.latency.paced_producer import start_paced_producer  # noqa: E402
-from bench.latency.percentiles import summary_ms  # noqa: E402
-from bench.latency.timestamped import sent_at_ns  # noqa: E402
-from clients import SimpleConsumer  # noqa: E402
-from mpbroker.config import KEYS  # noqa: E402
+from bench.broker_process import BenchBroker
+from bench.common import print_table, write_results
+from bench.interrupts import stop_on_signals
+from bench.latency.paced_producer import start_paced_producer
+from bench.latency.percentiles import summary_ms
+from bench.latency.timestamped import sent_at_ns
+from mpbroker.clients import SimpleConsumer
+from mpbroker.config import KEYS
 
 TOPIC = "latency"
 FLUSH_1_MS = {"log.default.flush.interval.ms": 1, "log.default.flush.scheduler.interval.ms": 1}

@@ -1,7 +1,7 @@
 """Partition-log benchmark: append and read throughput next to plain file I/O of the
 same bytes in the same run, and message-set validation speed.
 
-    python bench/log_bench.py [--megabytes N] [--repeats R] [--dir PATH]
+    python -m bench.log_bench [--megabytes N] [--repeats R] [--dir PATH]
 
 Append writes N MB of pre-built, pre-validated message sets through ``Log.append``
 (200-byte and 10 KB messages, in sets of 50 messages and of ~1 MB) and compares with
@@ -13,15 +13,12 @@ counts 200-byte messages per second on one core.
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.common import best_of, print_table, write_results  # noqa: E402
-from mpbroker.segments import LogConfig, LogManager  # noqa: E402
-from mpbroker.codec.message import encode_message_set  # noqa: E402
-from mpbroker.codec.message_set import validate_message_set  # noqa: E402
+from bench.common import best_of, print_table, write_results
+from mpbroker.codec.message import encode_message_set
+from mpbroker.codec.message_set import validate_message_set
+from mpbroker.segments import LogConfig, LogManager
 
 MB = 1 << 20
 

@@ -1,9 +1,9 @@
 """Mirror throughput between two clusters on this machine.
 
-    python bench/mirror_bench.py [--messages N] [--streams S ...] [--batch-size B]
+    python -m bench.mirror_bench [--messages N] [--streams S ...] [--batch-size B]
 
 Two clusters, each a real ZooKeeper and a 2-worker broker with 4 partitions. N keyed
-200-byte messages are produced to the source first; then ``clients.mirror.Mirror`` is
+200-byte messages are produced to the source first; then ``mpbroker.clients.mirror.mirror_maker.Mirror`` is
 started, and the clock runs from its start until the target's log ends add up to the
 source's (joining the group and the target's topic registration are included). One
 run per stream count; writes ``bench/results/mirror.{json,md}``.
@@ -12,18 +12,15 @@ run per stream count; writes ``bench/results/mirror.{json,md}``.
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.common import print_table, write_results  # noqa: E402
-from clients import Producer, SimpleConsumer  # noqa: E402
-from clients.mirror import Mirror, MirrorConfig  # noqa: E402
-from clients.topic_filter import Whitelist  # noqa: E402
-from mpbroker.local_broker import LocalBroker  # noqa: E402
-from mpbroker.registry.local_zookeeper import ZooKeeperServer  # noqa: E402
+from bench.common import print_table, write_results
+from mpbroker.clients import Producer, SimpleConsumer
+from mpbroker.clients.groups.topic_filter import Whitelist
+from mpbroker.clients.mirror.mirror_maker import Mirror, MirrorConfig
+from mpbroker.testing.local_broker import LocalBroker
+from mpbroker.testing.local_zookeeper import ZooKeeperServer
 
 TOPIC = "bench"
 PARTITIONS = 4

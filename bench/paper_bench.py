@@ -1,7 +1,7 @@
 """The Kafka paper's producer and consumer experiments on this machine: mpbroker next
 to RabbitMQ and ActiveMQ (issue 8).
 
-    python bench/paper_bench.py [--messages N] [--systems mpbroker,rabbitmq,activemq] [--quick]
+    python -m bench.paper_bench [--messages N] [--systems mpbroker,rabbitmq,activemq] [--quick]
 
 Each system runs privately on loopback (the peers from Debian's packages, installed if
 missing, in temporary directories, stopped afterwards) and is driven by its usual Python
@@ -22,15 +22,13 @@ import sys
 import time
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.common import RESULTS_DIR  # noqa: E402
-from bench.interrupts import stop_on_signals  # noqa: E402
-from bench.paper.messages import MESSAGE_BYTES  # noqa: E402
-from bench.paper.plot import plot  # noqa: E402
-from bench.paper.profiling import client_profile, profile_brokers_into  # noqa: E402
-from bench.paper.report import write_report  # noqa: E402
-from bench.paper.timeline import Timeline  # noqa: E402
+from bench.common import RESULTS_DIR
+from bench.interrupts import stop_on_signals
+from bench.paper.messages import MESSAGE_BYTES
+from bench.paper.plot import plot
+from bench.paper.profiling import client_profile, profile_brokers_into
+from bench.paper.report import write_report
+from bench.paper.timeline import Timeline
 
 SYSTEMS = ("mpbroker", "rabbitmq", "activemq")
 

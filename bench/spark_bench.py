@@ -2,7 +2,7 @@
 over 4 partitions into Parquet on ``local[2]``, next to reading the same segment
 files directly.
 
-    python bench/spark_bench.py [--messages 10000000] [--partitions 4] [--master local[2]]
+    python -m bench.spark_bench [--messages 10000000] [--partitions 4] [--master local[2]]
 
 The broker is filled with the raw-wire producer of ``broker_bench`` (batches of 50,
 acknowledged once flushed) before the clock starts. Rows:
@@ -18,20 +18,17 @@ distinct payloads, so the Parquet size (printed) says little about real data.
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from bench.broker_bench import produce, wait_flushed  # noqa: E402
-from bench.broker_process import BenchBroker  # noqa: E402
-from bench.common import print_table, write_results  # noqa: E402
-from mpbroker.codec.message_set import decode_messages  # noqa: E402
-from spark_loader.cli import spark_session  # noqa: E402
-from spark_loader.job import LoadOptions, run_load  # noqa: E402
-from spark_loader.plan import discover, make_plan  # noqa: E402
-from spark_loader.reader import read_batches  # noqa: E402
+from bench.broker_bench import produce, wait_flushed
+from bench.broker_process import BenchBroker
+from bench.common import print_table, write_results
+from mpbroker.cli.spark_load import spark_session
+from mpbroker.codec.message_set import decode_messages
+from mpbroker.spark_loader.job import LoadOptions, run_load
+from mpbroker.spark_loader.plan import discover, make_plan
+from mpbroker.spark_loader.reader import read_batches
 
 TOPIC = "loadbench"
 MESSAGE_BYTES = 200

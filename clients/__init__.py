@@ -1,15 +1,22 @@
-"""mpbroker's Python clients, on the codec in ``mpbroker.segments`` and the wire codec in
-``mpbroker.codec``:
+"""mpbroker's Python clients (``mpbroker.clients``; the ``clients/`` folder of the source
+tree, installed under ``mpbroker``), on the shared codec (``mpbroker.codec``) and the
+ZooKeeper layout (``mpbroker.registry``); they never import the broker's processes or its
+log-writing code. One sub-package per concern, each importing only those before it:
 
-- ``Producer``: sync or async (background batching), key partitioner, gzip/snappy,
-  fire-and-forget or acknowledged (append / flush) delivery;
-- ``SimpleConsumer``: fetch, multifetch, offsets before a time, iteration that grows
-  its fetch size for big messages and never skips;
-- console tools: ``mpbroker-console-producer`` and ``mpbroker-console-consumer``.
+- ``core``: connection, broker lists, errors, settings, envelope and audit-event formats,
+  ZooKeeper reads;
+- ``producer``: ``Producer``, sync or async (background batching), key partitioner,
+  gzip/snappy, fire-and-forget or acknowledged (append / flush) delivery;
+- ``consumer``: ``SimpleConsumer``, fetch, multifetch, offsets before a time, iteration
+  that grows its fetch size for big messages and never skips;
+- ``groups``: the ZooKeeper consumer connector and the group report and admin;
+- ``mirror`` and ``audit``: the mirror maker and the audit's reading side.
+
+The command-line tools built on them are in ``mpbroker.cli``.
 """
 
-from clients.consumer import MessageAndOffset, MessageSet, SimpleConsumer
-from clients.errors import (
+from mpbroker.clients.consumer.simple_consumer import MessageAndOffset, MessageSet, SimpleConsumer
+from mpbroker.clients.core.errors import (
     BrokerError,
     BrokerUnavailableError,
     ClientError,
@@ -17,7 +24,7 @@ from clients.errors import (
     ProducerClosedError,
     QueueFullError,
 )
-from clients.producer import Producer, SendResult
+from mpbroker.clients.producer.producer import Producer, SendResult
 from mpbroker.codec.errors import MessageSizeTooLargeError, OffsetOutOfRangeError
 
 __all__ = [

@@ -19,8 +19,8 @@ from dataclasses import dataclass, fields
 from typing import Callable
 
 from mpbroker.codec.errors import InvalidTopicError
-from mpbroker.segments.log_config import HOUR_MS, LogConfig
 from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments.log_config import HOUR_MS, LogConfig
 
 MAX_WORKERS = 256
 CONTROL_SOCKET_NAME = "mpbroker.sock"

@@ -55,6 +55,7 @@ import signal
 import socket
 import time
 
+from mpbroker import descriptor_budget, systemd
 from mpbroker.acceptor.acceptor import Acceptor
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.config import ConfigError, load_config
@@ -65,10 +66,10 @@ from mpbroker.ipc.partition_table import PartitionTable, published_partitions
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState, SlotTable
 from mpbroker.logging_setup import configure_logging, set_level, set_role
-from mpbroker.registry import EXIT_ID_CONFLICT, layout
 from mpbroker.process import die_with_parent, reset_signals, set_process_name
+from mpbroker.registrar import EXIT_ID_CONFLICT
+from mpbroker.registry import layout
 from mpbroker.segments.clean_shutdown import take_marker, write_marker
-from mpbroker import descriptor_budget, systemd
 from mpbroker.workers.worker import PartitionWorker
 
 log = logging.getLogger(__name__)
@@ -362,7 +363,7 @@ class Supervisor:
         return acceptor.run()
 
     def _run_registrar(self, child: Child) -> int:
-        from mpbroker.registry.registrar import Registrar  # kazoo: only in this process
+        from mpbroker.registrar.registrar import Registrar  # kazoo: only in this process
 
         registrar = Registrar(self.config, self.port, self.tables, self.slots, child.slot, child.child_channel,
                               self.creator_id)

@@ -29,9 +29,9 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from spark_loader.plan import LoadSource, PartitionRange, discover, make_plan, topics_of
-from spark_loader.reader import ReadStats, write_partition_file
-from spark_loader.state import LoaderState
+from mpbroker.spark_loader.plan import LoadSource, PartitionRange, discover, make_plan, topics_of
+from mpbroker.spark_loader.reader import ReadStats, write_partition_file
+from mpbroker.spark_loader.state import LoaderState
 
 log = logging.getLogger(__name__)
 

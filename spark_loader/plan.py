@@ -18,13 +18,13 @@ exists). A whitelist that matches nothing is not an error: it is logged.
 import logging
 from typing import NamedTuple
 
-from clients.brokers import parse_broker_list
-from clients.consumer import SimpleConsumer
-from clients.unknown_topics import UnknownTopicError
-from clients.zk_registry import read_brokers, read_topic_partitions, read_topics
+from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
+from mpbroker.clients.core.brokers import parse_broker_list
+from mpbroker.clients.core.unknown_topics import UnknownTopicError
+from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions, read_topics
+from mpbroker.codec.topic_names import check_topic
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import close_client, start_client
-from mpbroker.codec.topic_names import check_topic
 
 log = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clients.consumer import SimpleConsumer
+from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 SCHEMA = pa.schema([("broker", pa.int32()), ("partition", pa.int32()), ("offset", pa.int64()),

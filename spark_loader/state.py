@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 
-from mpbroker.durability import sync_directory
+from mpbroker.segments.durability import sync_directory
 
 STATE_DIR = "_mpbroker"
 

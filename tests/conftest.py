@@ -1,15 +1,20 @@
-"""Fixtures shared by every test package: a real ZooKeeper server.
+"""Fixtures shared by every test package: a real ZooKeeper server and real brokers.
 
 ``zookeeper`` is one server for the whole session; ``zk_connect`` gives each test its
 own chroot on it (``127.0.0.1:<port>/t-<n>``), so tests never see each other's nodes.
 A test that stops or restarts ZooKeeper takes its own server from ``zookeeper_factory``.
+``broker_factory`` runs ``mpbroker serve`` process trees (``tests/broker/harness.py``),
+closed at the end of the test; ``broker`` is one of them; ``fixed_port_broker`` one on a
+fixed port (a restarted broker with ``port=0`` would come back on another port).
 """
 
 import itertools
+import socket
 
 import pytest
 
-from mpbroker.registry.local_zookeeper import ZooKeeperServer
+from mpbroker.testing.local_zookeeper import ZooKeeperServer
+from tests.broker.harness import BrokerProcess
 
 _chroots = itertools.count()
 
@@ -39,3 +44,32 @@ def zookeeper_factory(tmp_path):
     yield make
     for server in servers:
         server.kill()
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    brokers = []
+
+    def make(name: str = "broker", start: bool = True, **properties) -> BrokerProcess:
+        directory = tmp_path / name
+        directory.mkdir(exist_ok=True)
+        broker = BrokerProcess(directory, **properties)
+        brokers.append(broker)
+        return broker.start() if start else broker
+
+    yield make
+    for broker in brokers:
+        broker.close()
+
+
+@pytest.fixture
+def broker(broker_factory):
+    return broker_factory()
+
+
+@pytest.fixture
+def fixed_port_broker(broker_factory):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return broker_factory("fixed", port=port)

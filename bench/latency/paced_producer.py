@@ -7,7 +7,7 @@ import multiprocessing
 import time
 
 from bench.latency.timestamped import stamped_payload
-from clients import Producer
+from mpbroker.clients import Producer
 
 
 def produce_at_rate(port: int, topic: str, rate: int, seconds: float, report) -> None:

@@ -14,7 +14,7 @@ from bench.broker_process import BenchBroker
 from bench.client_bench import wait_for_bytes
 from bench.disk_usage import allocated_bytes
 from bench.paper.messages import MESSAGE_BYTES, make_payload
-from clients import Producer, SimpleConsumer
+from mpbroker.clients import Producer, SimpleConsumer
 
 FETCH_BYTES = 200 * 1024
 STORED_BYTES = MESSAGE_BYTES + 10  # the 0.7 message header is 10 bytes

@@ -5,9 +5,9 @@ right, one colour per system. Written with matplotlib's Agg backend (no display)
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
-from bench.paper.timeline import interval_rates  # noqa: E402
+from bench.paper.timeline import interval_rates
 
 COLOURS = {"mpbroker": "tab:blue", "rabbitmq": "tab:orange", "activemq": "tab:green"}
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))

@@ -38,16 +38,21 @@ from mpbroker.acceptor.limits import AddressCounts, address_of, overdue, sweep_i
 from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
-from mpbroker.throttled_log import ThrottledLog
 from mpbroker.clock import monotonic_ms
+from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
 from mpbroker.config import config_from_properties
-from mpbroker.ipc.counters import (BYTES_RECEIVED, CONNECTIONS_ACCEPTED, CONNECTIONS_OPEN, CONNECTIONS_REFUSED,
-                                   MALFORMED_REQUESTS)
+from mpbroker.ipc.counters import (
+    BYTES_RECEIVED,
+    CONNECTIONS_ACCEPTED,
+    CONNECTIONS_OPEN,
+    CONNECTIONS_REFUSED,
+    MALFORMED_REQUESTS,
+)
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
 from mpbroker.process import install_child_signals, term_requested
-from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
+from mpbroker.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 

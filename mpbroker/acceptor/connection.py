@@ -21,8 +21,8 @@ import os
 import socket
 from collections import deque
 
-from mpbroker.ipc.counters import BYTES_SENT
 from mpbroker.codec.framing import FrameReader
+from mpbroker.ipc.counters import BYTES_SENT
 
 REQUEST_TYPE_BYTES = 2  # the least a request frame holds
 

@@ -16,11 +16,9 @@ import logging
 import random
 import struct
 
-from mpbroker.codec.errors import ErrorCode, InvalidTopicError
-from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
-from mpbroker.ipc.messages import Mode
-from mpbroker.ownership import owner_slot
+from mpbroker.acceptor.connection import FileChunk
 from mpbroker.codec import responses
+from mpbroker.codec.errors import ErrorCode, InvalidTopicError
 from mpbroker.codec.requests import (
     RANDOM_PARTITION,
     Durability,
@@ -33,8 +31,9 @@ from mpbroker.codec.requests import (
     decode_request,
 )
 from mpbroker.codec.topic_names import check_topic
-
-from mpbroker.acceptor.connection import FileChunk
+from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
+from mpbroker.ipc.messages import Mode
+from mpbroker.ownership import owner_slot
 
 log = logging.getLogger(__name__)
 

@@ -25,11 +25,11 @@ cannot be queued raises ``ProduceRefused`` to the request's handler.
 import collections
 import logging
 
+from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.ipc import messages
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.ring import Ring
-from mpbroker.codec import responses
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,6 @@ from mpbroker.segments.log_view import locate
 from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
 from mpbroker.segments.offsets import offsets_before
 
-
 _PATIENCE_WITH_FALLBACK_S = 0.002
 _PATIENCE_S = 0.5
 

@@ -14,8 +14,8 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError
 from mpbroker.codec.compression import decompress
+from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError
 from mpbroker.codec.message import (
     CODEC_MASK,
     CODEC_NONE,

@@ -1,3 +1,3 @@
-"""The broker's registrations in ZooKeeper, in the Kafka 0.7 layout (see ``layout``)."""
-
-EXIT_ID_CONFLICT = 78  # the registrar's exit code when a live broker holds this broker id (EX_CONFIG)
+"""The ZooKeeper layout (Kafka 0.7's paths and node formats: ``layout``) and the kazoo
+client helpers every ZooKeeper user shares (``zk_client``): the broker's registrar, the
+clients and the tools. The broker's own ZooKeeper process is ``mpbroker.registrar``."""

@@ -7,7 +7,7 @@ partition's last segment is scanned and its torn tail truncated.
 
 import os
 
-from mpbroker.durability import sync_directory
+from mpbroker.segments.durability import sync_directory
 
 MARKER_NAME = ".kafka_cleanshutdown"
 

@@ -18,12 +18,12 @@ import os
 from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
-from mpbroker.durability import sync_directory
 from mpbroker.codec.errors import LogCorruptError, StorageError
+from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments import retention
+from mpbroker.segments.durability import sync_directory
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.log_view import locate
-from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments.naming import partition_path
 from mpbroker.segments.offsets import offsets_before
 from mpbroker.segments.recovery import open_segments

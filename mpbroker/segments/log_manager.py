@@ -10,13 +10,13 @@ built, so nothing is ever created outside ``log.dir``.
 import logging
 import os
 
-from mpbroker.codec.errors import StorageError
 from mpbroker.clock import monotonic_ms, wall_clock_ms
+from mpbroker.codec.errors import StorageError
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments.clean_shutdown import MARKER_NAME
 from mpbroker.segments.log import Log
 from mpbroker.segments.log_config import LogConfig
-from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments.naming import parse_partition_dir
-from mpbroker.segments.clean_shutdown import MARKER_NAME
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ topic rule (``mpbroker.codec.topic_names``); every path built here stays inside
 import os
 import re
 
-from mpbroker.codec.topic_names import check_topic
 from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.codec.topic_names import check_topic
 
 SEGMENT_SUFFIX = ".kafka"
 _SEGMENT_RE = re.compile(r"(\d{20})\.kafka\Z")

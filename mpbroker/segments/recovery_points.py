@@ -23,7 +23,7 @@ import logging
 import os
 import re
 
-from mpbroker.durability import sync_directory
+from mpbroker.segments.durability import sync_directory
 
 log = logging.getLogger(__name__)
 

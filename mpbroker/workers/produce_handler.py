@@ -15,10 +15,10 @@ failure is logged once per partition, not once per request, until appends work a
 import logging
 
 from mpbroker.codec.errors import ErrorCode, LogCorruptError, MPBrokerError
+from mpbroker.codec.message_set import validate_message_set
 from mpbroker.ipc import messages
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.partition_table import TableFullError
-from mpbroker.codec.message_set import validate_message_set
 from mpbroker.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)

@@ -27,16 +27,22 @@ import selectors
 import time
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
-from mpbroker.config import config_from_properties
 from mpbroker.codec.errors import LogCorruptError, StorageError
+from mpbroker.config import config_from_properties
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
-from mpbroker.process import install_child_signals, term_requested
 from mpbroker.ownership import owner_slot
+from mpbroker.process import install_child_signals, term_requested
 from mpbroker.segments import LogManager
 from mpbroker.segments.log import FlushPostponedError, LogRemovedError
-from mpbroker.segments.recovery_points import (UNKNOWN, checkpoint_path, read_checkpoint, remove_other_layouts,
-                                               stored, write_checkpoint)
+from mpbroker.segments.recovery_points import (
+    UNKNOWN,
+    checkpoint_path,
+    read_checkpoint,
+    remove_other_layouts,
+    stored,
+    write_checkpoint,
+)
 from mpbroker.throttled_log import ThrottledLog
 from mpbroker.workers.flusher import Flusher
 from mpbroker.workers.produce_handler import ProduceHandler

@@ -1,4 +1,4 @@
-"""A real broker process tree for tests: ``mpbroker.local_broker.LocalBroker`` with test
+"""A real broker process tree for tests: ``mpbroker.testing.local_broker.LocalBroker`` with test
 defaults (2 workers, 4 partitions, fast time-based flushes) and what fault tests need
 besides: the children's pids, a wait for a status condition, SIGKILL of the tree."""
 
@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from mpbroker.local_broker import LocalBroker
+from mpbroker.testing.local_broker import LocalBroker
 
 DEFAULTS = {  # LocalBroker keyword properties: "_" stands for "."
     "num_workers": 2,

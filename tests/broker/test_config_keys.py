@@ -11,11 +11,11 @@ import time
 
 from kazoo.client import KazooClient
 
-from mpbroker.ctl import NotRunning, call
+from mpbroker.control_client import NotRunning, call
 
 
 def serve(config_path: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mpbroker.cli", "serve", config_path, *args],
+    return subprocess.run([sys.executable, "-m", "mpbroker", "serve", config_path, *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -44,7 +44,7 @@ def test_an_unknown_override_refuses_to_start_too(broker_factory):
 def test_allow_unknown_keys_starts_and_warns(broker_factory):
     broker = broker_factory(start=False, **{"log.retention.hour": "24"})
     with open(broker.output_path, "w") as output:
-        process = subprocess.Popen([sys.executable, "-m", "mpbroker.cli", "serve", broker.config_path,
+        process = subprocess.Popen([sys.executable, "-m", "mpbroker", "serve", broker.config_path,
                                     "--allow-unknown-keys"], stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     broker.process = process  # the fixture kills it if the test fails
@@ -62,7 +62,7 @@ def test_allow_unknown_keys_starts_and_warns(broker_factory):
     assert (f"unknown configuration key 'log.retention.hour' in {broker.config_path} ignored "
             "(allow.unknown.keys is true)") in broker.output()
     # The flag is an override: a reload keeps it, so the same file reloads.
-    reloaded = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "--log-dir", broker.log_dir, "reload"],
+    reloaded = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "--log-dir", broker.log_dir, "reload"],
                               capture_output=True, text=True, timeout=60)
     assert reloaded.returncode == 0, reloaded.stderr
     assert broker.stop() == 0
@@ -71,7 +71,7 @@ def test_allow_unknown_keys_starts_and_warns(broker_factory):
 def test_a_reload_with_an_unknown_key_keeps_the_running_configuration(broker):
     with open(broker.config_path, "a") as f:
         f.write("log.flush.intervall=5\n")
-    result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "reload"],
+    result = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", broker.config_path, "reload"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "unknown configuration key 'log.flush.intervall'" in result.stderr
@@ -84,7 +84,7 @@ def test_allowing_unknown_keys_in_the_file_takes_effect_on_reload_without_a_rest
     unknown key beside it) is applied, not reported as needing a restart."""
     with open(broker.config_path, "a") as f:
         f.write("allow.unknown.keys=true\nlog.flush.intervall=5\n")
-    result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "reload"],
+    result = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", broker.config_path, "reload"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "needs a restart" not in result.stdout, result.stdout

@@ -15,10 +15,17 @@ import time
 
 import pytest
 
-from mpbroker.control_server import (ANSWER_DEADLINE_S, MAX_CLIENTS, MAX_REQUEST_BYTES, MAX_REQUEST_NESTING,
-                                     REQUEST_DEADLINE_S, nesting_depth, parse_request)
-from mpbroker.ctl import call
 from mpbroker.codec.message import encode_message_set
+from mpbroker.control_client import call
+from mpbroker.control_server import (
+    ANSWER_DEADLINE_S,
+    MAX_CLIENTS,
+    MAX_REQUEST_BYTES,
+    MAX_REQUEST_NESTING,
+    REQUEST_DEADLINE_S,
+    nesting_depth,
+    parse_request,
+)
 from tests.polling import wait_for
 
 from .wire import WireClient
@@ -137,7 +144,7 @@ def test_slow_and_non_reading_clients_hold_neither_status_nor_respawn(broker_fac
 
     started = time.monotonic()
     try:
-        result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "status"],
+        result = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", broker.config_path, "status"],
                                 capture_output=True, text=True, timeout=8)
     except subprocess.TimeoutExpired:
         pytest.fail("mpbroker-ctl status did not answer within 8 s with a slow and a stalled client connected")

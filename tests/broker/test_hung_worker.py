@@ -10,8 +10,8 @@ import threading
 import time
 
 from mpbroker.codec.errors import ErrorCode
-from mpbroker.ownership import owner_slot
 from mpbroker.codec.message import encode_message_set
+from mpbroker.ownership import owner_slot
 
 from .wire import WireClient
 

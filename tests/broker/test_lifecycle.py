@@ -9,14 +9,14 @@ import subprocess
 import sys
 import time
 
-from mpbroker.segments.clean_shutdown import MARKER_NAME
 from mpbroker.codec.message import encode_message_set
+from mpbroker.segments.clean_shutdown import MARKER_NAME
 
 from .wire import WireClient
 
 
 def ctl(broker, *args):
-    return subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, *args],
+    return subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", broker.config_path, *args],
                           capture_output=True, text=True, timeout=60)
 
 
@@ -118,7 +118,7 @@ def test_bad_reload_keeps_the_running_configuration(broker):
 def test_bad_configuration_refuses_to_start(tmp_path):
     config = tmp_path / "bad.properties"
     config.write_text(f"log.dir={tmp_path}/logs\nnum.partitions=0\n")
-    result = subprocess.run([sys.executable, "-m", "mpbroker.cli", "serve", str(config)],
+    result = subprocess.run([sys.executable, "-m", "mpbroker", "serve", str(config)],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 2
     assert "num.partitions: 0 is below the minimum 1" in result.stderr
@@ -128,7 +128,7 @@ def test_second_broker_on_the_same_log_dir_is_refused(broker, broker_factory):
     twin = broker_factory("twin", start=False)
     twin.properties["log.dir"] = broker.log_dir
     twin.write_config()
-    result = subprocess.run([sys.executable, "-m", "mpbroker.cli", "serve", twin.config_path],
+    result = subprocess.run([sys.executable, "-m", "mpbroker", "serve", twin.config_path],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert "another broker is using log.dir" in result.stderr
@@ -141,7 +141,7 @@ def test_worker_that_cannot_open_its_logs_stops_the_broker(broker_factory, tmp_p
     for base in (0, 5000):  # a gap between segments: refuse, do not guess
         with open(os.path.join(partition_dir, f"{base:020d}.kafka"), "wb") as f:
             f.write(encode_message_set([b"x"]))
-    broker_process = subprocess.run([sys.executable, "-m", "mpbroker.cli", "serve", broker.config_path],
+    broker_process = subprocess.run([sys.executable, "-m", "mpbroker", "serve", broker.config_path],
                                     capture_output=True, text=True, timeout=60)
     assert broker_process.returncode == 1
     assert "missing, extra or damaged" in broker_process.stderr

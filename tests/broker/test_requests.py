@@ -9,8 +9,8 @@ import zlib
 
 import pytest
 
-from mpbroker.codec import requests as rq
 from mpbroker.codec import compression
+from mpbroker.codec import requests as rq
 from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 from mpbroker.codec.message_set import iter_messages
 

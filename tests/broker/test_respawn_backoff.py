@@ -7,7 +7,7 @@ import os
 import re
 import signal
 
-from mpbroker import ctl
+from mpbroker.cli import ctl
 
 
 def kill_worker(broker, slot: int) -> int:

@@ -11,8 +11,8 @@ import signal
 import socket
 import time
 
-from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec import requests as rq
+from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec.message import encode_message_set
 from mpbroker.segments.naming import partition_dir_name, segment_file_name
 from tests.polling import wait_for

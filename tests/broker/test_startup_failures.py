@@ -14,9 +14,9 @@ import sys
 
 import pytest
 
+from mpbroker.codec.message import encode_message_set
 from mpbroker.ownership import owner_slot
 from mpbroker.segments.clean_shutdown import MARKER_NAME
-from mpbroker.codec.message import encode_message_set
 from mpbroker.segments.naming import segment_file_name
 
 from .wire import WireClient
@@ -27,7 +27,7 @@ def serve(broker, file_limit: int | None = None) -> subprocess.CompletedProcess:
     def limit_files():
         resource.setrlimit(resource.RLIMIT_NOFILE, (file_limit, file_limit))
 
-    return subprocess.run([sys.executable, "-m", "mpbroker.cli", "serve", broker.config_path],
+    return subprocess.run([sys.executable, "-m", "mpbroker", "serve", broker.config_path],
                           capture_output=True, text=True, timeout=60,
                           preexec_fn=limit_files if file_limit else None)
 
@@ -148,7 +148,7 @@ def test_max_connections_beyond_the_file_limit_is_warned_about(broker_factory):
     broker = broker_factory(start=False, max_connections=10000)
     with open(broker.output_path, "a") as output:
         broker.process = subprocess.Popen(
-            [sys.executable, "-m", "mpbroker.cli", "serve", broker.config_path], stdout=output,
+            [sys.executable, "-m", "mpbroker", "serve", broker.config_path], stdout=output,
             stderr=subprocess.STDOUT, start_new_session=True,
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (FILE_LIMIT, FILE_LIMIT)))
     broker.wait_until(lambda s: s["acceptor"]["state"] == "up", what="the broker up")

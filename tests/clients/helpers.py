@@ -4,9 +4,9 @@ import contextlib
 import os
 import signal
 
-from clients import SimpleConsumer
-from mpbroker.registry.local_zookeeper import free_port  # noqa: F401  (the tests take it from here)
+from mpbroker.clients import SimpleConsumer
 from mpbroker.codec.message import V1_OVERHEAD
+from mpbroker.testing.local_zookeeper import free_port  # noqa: F401  (the tests take it from here)
 from tests import polling
 
 HOST = "127.0.0.1"

@@ -6,9 +6,9 @@ import struct
 import pytest
 import snappy
 
-from mpbroker.codec.errors import InvalidMessageError
 from mpbroker.codec import compression
 from mpbroker.codec.compression import InflateLimitError
+from mpbroker.codec.errors import InvalidMessageError
 from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY
 
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError
 from mpbroker.codec import compression
+from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError
 from mpbroker.codec.message import (
     CODEC_GZIP,
     CODEC_NONE,

@@ -21,11 +21,10 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from mpbroker.ctl import call
 from mpbroker.codec import requests as rq
 from mpbroker.codec.framing import FrameReader
 from mpbroker.codec.message import encode_message_set
-
+from mpbroker.control_client import call
 from tests.broker.wire import WireClient
 from tests.polling import wait_for
 

@@ -33,14 +33,13 @@ import zlib
 
 import pytest
 
-from mpbroker.ctl import call
-from mpbroker.codec.errors import ErrorCode
-from mpbroker.ownership import owner_slot
+from mpbroker.codec import compression
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
-from mpbroker.codec import compression
+from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
-
+from mpbroker.control_client import call
+from mpbroker.ownership import owner_slot
 from tests.broker.wire import WireClient
 
 from .test_protocol_fuzz import (

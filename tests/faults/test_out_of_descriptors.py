@@ -10,7 +10,6 @@ import resource
 
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec.message import encode_message_set
-
 from tests.broker.wire import WireClient
 
 

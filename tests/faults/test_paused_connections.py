@@ -25,11 +25,10 @@ import socket
 import struct
 import time
 
-from mpbroker.ipc import messages
-from mpbroker.ownership import owner_slot
 from mpbroker.codec import requests as rq
 from mpbroker.codec.message import encode_message_set
-
+from mpbroker.ipc import messages
+from mpbroker.ownership import owner_slot
 from tests.broker.wire import WireClient
 from tests.polling import wait_for
 

@@ -36,13 +36,13 @@ from collections import defaultdict
 
 import pytest
 
-from clients import SimpleConsumer
-from mpbroker.codec.errors import ErrorCode, InvalidMessageError
+from mpbroker.clients import SimpleConsumer
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
-from mpbroker.segments import verify
+from mpbroker.codec.errors import ErrorCode, InvalidMessageError
 from mpbroker.codec.message import encode_message, encode_message_set
 from mpbroker.codec.message_set import iter_messages, validate_message_set
+from mpbroker.segments import verify
 from mpbroker.segments.naming import segment_file_name
 from mpbroker.segments.recovery_points import is_checkpoint_file
 from tests.broker.wire import WireClient

@@ -9,8 +9,8 @@ import time
 
 from kazoo.client import KazooClient
 
-from clients.producer import Producer
-from clients.consumer import SimpleConsumer
+from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
+from mpbroker.clients.producer.producer import Producer
 from tests.broker.harness import BrokerProcess
 from tests.polling import wait_for
 

@@ -72,7 +72,7 @@ def launch(broker, env: dict, watchdog_pid: bool = False) -> None:
     waiting for anything (``LocalBroker.start`` waits until the broker is ready). With
     ``watchdog_pid``, ``$WATCHDOG_PID`` is the broker's own pid, as systemd sets it (a
     shell exports its pid, then execs the broker in its place)."""
-    command = [sys.executable, "-m", "mpbroker.cli", "serve", broker.config_path]
+    command = [sys.executable, "-m", "mpbroker", "serve", broker.config_path]
     if watchdog_pid:
         command = ["sh", "-c", 'WATCHDOG_PID=$$ exec "$0" "$@"', *command]
     with open(broker.output_path, "a") as output:

@@ -37,10 +37,10 @@ import pyarrow.dataset as ds
 import pytest
 from kazoo.client import KazooClient
 
-from clients import Producer
+from mpbroker.clients import Producer
 from mpbroker.config import parse_properties
-from mpbroker.ctl import NotRunning, call
-from mpbroker.registry.local_zookeeper import free_port
+from mpbroker.control_client import NotRunning, call
+from mpbroker.testing.local_zookeeper import free_port
 from tests.readme.readme_blocks import REPO, block, commands, under
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]

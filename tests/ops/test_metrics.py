@@ -20,7 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mpbroker.codec import requests as rq
 from mpbroker.codec.message import encode_message_set
-
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient
 
@@ -146,14 +145,14 @@ def test_a_silent_scraper_does_not_block_the_others(metered):
 def test_metrics_are_off_by_default(tmp_path):
     with BrokerProcess(tmp_path / "b") as broker:
         assert broker.status()["metrics"] is None
-        result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "status"],
+        result = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", broker.config_path, "status"],
                                 capture_output=True, text=True, timeout=30)
     assert result.returncode == 0 and "metrics:" not in result.stdout
     assert not any(line.startswith("metrics ") for line in result.stdout.splitlines())
 
 
 def test_ctl_status_shows_the_endpoint(metered):  # the fixture waited for the exporter to be up
-    result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", metered.config_path, "status"],
+    result = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", metered.config_path, "status"],
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert f"metrics: http://127.0.0.1:{metrics_port(metered)}/metrics" in result.stdout
@@ -182,7 +181,7 @@ def test_the_endpoint_listens_on_the_brokers_hostname_by_default(tmp_path):
         with pytest.raises(ConnectionRefusedError):  # another loopback address: not listened on
             socket.create_connection(("127.0.0.2", port), timeout=5).close()
         assert status["metrics"]["host"] == "127.0.0.1"
-        result = subprocess.run([sys.executable, "-m", "mpbroker.ctl", "-c", broker.config_path, "status"],
+        result = subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "-c", broker.config_path, "status"],
                                 capture_output=True, text=True, timeout=30)
     assert f"metrics: http://127.0.0.1:{port}/metrics" in result.stdout
 

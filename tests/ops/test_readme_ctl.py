@@ -17,8 +17,7 @@ import time
 
 import pytest
 
-from mpbroker.ctl import NotRunning, call
-
+from mpbroker.control_client import NotRunning, call
 from tests.readme.readme_blocks import REPO, block, commands
 
 BIN = os.path.dirname(sys.executable)

@@ -14,9 +14,9 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_acl
 
-from clients.producer import Producer
-from mpbroker.registry.layout import split_zk_connect
+from mpbroker.clients.producer.producer import Producer
 from mpbroker.codec.message import encode_message_set
+from mpbroker.registry.layout import split_zk_connect
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient
 from tests.ops.notify_socket import NotifySocket, launch, ready_port

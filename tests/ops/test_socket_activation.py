@@ -10,9 +10,8 @@ import time
 
 import pytest
 
-from mpbroker.registry.local_zookeeper import free_port
 from mpbroker.codec.message import encode_message_set
-
+from mpbroker.testing.local_zookeeper import free_port
 from tests.broker.harness import BrokerProcess
 from tests.broker.wire import WireClient
 from tests.ops.conftest import UNIT
@@ -38,7 +37,7 @@ def activated(tmp_path):
     port = free_port()
     with open(broker.output_path, "a") as output:
         broker.process = subprocess.Popen(
-            [launcher, "-l", f"127.0.0.1:{port}", sys.executable, "-m", "mpbroker.cli", "serve", broker.config_path],
+            [launcher, "-l", f"127.0.0.1:{port}", sys.executable, "-m", "mpbroker", "serve", broker.config_path],
             stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     yield broker, port
     broker.close()

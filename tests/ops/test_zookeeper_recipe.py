@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from mpbroker.registry.local_zookeeper import ZOOKEEPER_JAR, free_port
+from mpbroker.testing.local_zookeeper import ZOOKEEPER_JAR, free_port
 from tests.readme.readme_blocks import REPO, block, commands, under
 
 PACKAGE_CONF = Path("/etc/zookeeper/conf")  # Debian's alternative, /etc/zookeeper/conf_example

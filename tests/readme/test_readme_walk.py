@@ -22,8 +22,8 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from mpbroker.local_broker import LocalBroker
-from mpbroker.registry.local_zookeeper import ZooKeeperServer
+from mpbroker.testing.local_broker import LocalBroker
+from mpbroker.testing.local_zookeeper import ZooKeeperServer
 from tests.readme import readme_blocks
 from tests.readme.walk import Walk
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from clients.topic_filter import Blacklist, Whitelist
+from mpbroker.clients.groups.topic_filter import Blacklist, Whitelist
 from mpbroker.registry import layout
 from mpbroker.registry.layout import Subscription
 

@@ -2,9 +2,9 @@
 
 import pytest
 
+from mpbroker.codec.message import encode_message_set
 from mpbroker.segments import LogConfig
 from mpbroker.segments.log import Log
-from mpbroker.codec.message import encode_message_set
 
 
 class FakeClock:

@@ -9,10 +9,10 @@ import textwrap
 import pytest
 
 from mpbroker.codec.errors import InvalidTopicError, StorageError
-from mpbroker.segments import LogConfig, LogManager
-from mpbroker.segments.clean_shutdown import take_marker, write_marker
 from mpbroker.codec.message_set import validate_message_set
 from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments import LogConfig, LogManager
+from mpbroker.segments.clean_shutdown import take_marker, write_marker
 from mpbroker.segments.naming import parse_partition_dir
 
 from .conftest import message_set

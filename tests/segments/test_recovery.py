@@ -8,8 +8,8 @@ import pytest
 
 from mpbroker.codec.errors import LogCorruptError
 from mpbroker.codec.message import encode_message
-from mpbroker.segments.log import sync_pending
 from mpbroker.codec.message_set import validate_message_set
+from mpbroker.segments.log import sync_pending
 
 from .conftest import message_set
 

@@ -1,4 +1,4 @@
-"""``python -m spark_loader.package``: the zip that ``spark-submit --py-files`` ships, and the
+"""``python -m mpbroker.cli.spark_package``: the zip that ``spark-submit --py-files`` ships, and the
 loader run through ``spark-submit`` (pyspark's own ``bin/spark-submit``, ``local[2]``) by a
 Python that sees only that zip and the third-party dependencies: ``python -S`` skips the
 site-packages ``.pth`` files, among them the editable install's, and ``PYTHONPATH`` names the
@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pyspark
 
-from spark_loader.package import PACKAGES, main_script
-
-from tests.broker.conftest import broker_factory  # noqa: F401  (real broker process trees)
+from mpbroker.cli.spark_package import main_script
 from tests.spark_loader.test_spark_loader import (
     REPO,
     assert_exactly_once,
@@ -31,7 +29,7 @@ SITE_PACKAGES = sysconfig.get_paths()["purelib"]
 
 
 def build_zip(path: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spark_loader.package", str(path)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mpbroker.cli.spark_package", str(path)], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
 
 
@@ -45,7 +43,7 @@ def zip_only_python(directory: Path) -> tuple:
     return str(wrapper), env
 
 
-def test_the_zip_holds_the_sources_of_the_three_packages_and_is_all_a_python_needs_of_them(tmp_path):
+def test_the_zip_holds_the_installed_layout_of_the_one_package_and_is_all_a_python_needs_of_it(tmp_path):
     archive = tmp_path / "mpbroker.zip"
 
     built = build_zip(archive)
@@ -53,29 +51,34 @@ def test_the_zip_holds_the_sources_of_the_three_packages_and_is_all_a_python_nee
     assert built.returncode == 0, built.stderr
     assert f"spark-submit --py-files {archive} {main_script()}" in built.stdout
     names = zipfile.ZipFile(archive).namelist()
-    assert {name.split("/")[0] for name in names} == set(PACKAGES)
+    assert {name.split("/")[0] for name in names} == {"mpbroker"}  # one top-level import name
     assert all(name.endswith(".py") and "__pycache__" not in name for name in names)
-    for package in PACKAGES:
-        on_disk = {str(p.relative_to(REPO)) for p in (REPO / package).rglob("*.py") if "__pycache__" not in p.parts}
-        assert {name for name in names if name.startswith(package + "/")} == on_disk
+    # the source folders, where pyproject.toml maps them: mpbroker/, clients/ -> mpbroker/clients/, ...
+    folders = {"mpbroker": REPO / "mpbroker", "mpbroker/clients": REPO / "clients",
+               "mpbroker/spark_loader": REPO / "spark_loader"}
+    expected = set()
+    for prefix, folder in folders.items():
+        expected |= {f"{prefix}/{p.relative_to(folder)}" for p in folder.rglob("*.py") if "__pycache__" not in p.parts}
+    assert set(names) == expected
     first = archive.read_bytes()
     assert build_zip(archive).returncode == 0 and archive.read_bytes() == first  # the same sources, the same zip
 
     python, env = zip_only_python(tmp_path)
-    without = subprocess.run([python, "-c", "import spark_loader"], capture_output=True, text=True, env=env,
+    without = subprocess.run([python, "-c", "import mpbroker"], capture_output=True, text=True, env=env,
                              cwd=tmp_path, timeout=60)
-    assert without.returncode == 1 and "No module named 'spark_loader'" in without.stderr  # the zip is needed
-    probe = ("import clients.consumer, mpbroker.segments.naming, spark_loader.cli, spark_loader.job, "
-             "spark_loader.reader; print(spark_loader.job.__file__, clients.consumer.__file__)")
+    assert without.returncode == 1 and "No module named 'mpbroker'" in without.stderr  # the zip is needed
+    probe = ("import mpbroker.clients.consumer.simple_consumer as consumer, mpbroker.segments.naming, "
+             "mpbroker.cli.spark_load, mpbroker.spark_loader.job as job; print(job.__file__, consumer.__file__)")
     within = subprocess.run([python, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=60,
                             env={**env, "PYTHONPATH": f"{archive}{os.pathsep}{SITE_PACKAGES}"})
     assert within.returncode == 0, within.stderr
-    assert within.stdout.split() == [f"{archive}/spark_loader/job.py", f"{archive}/clients/consumer.py"]
+    assert within.stdout.split() == [f"{archive}/mpbroker/spark_loader/job.py",
+                                     f"{archive}/mpbroker/clients/consumer/simple_consumer.py"]
 
 
 def test_bad_arguments_to_the_package_command_exit_2(tmp_path):
     for args in ([], [str(tmp_path / "mpbroker.tar")], [str(tmp_path / "no-such-dir" / "mpbroker.zip")]):
-        result = subprocess.run([sys.executable, "-m", "spark_loader.package", *args], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "mpbroker.cli.spark_package", *args], capture_output=True,
                                 text=True, cwd=REPO, timeout=60)
         assert result.returncode == 2, (args, result.stderr)
         assert result.stderr.strip() and "Traceback" not in result.stderr

@@ -26,16 +26,14 @@ from typing import NamedTuple
 import pyarrow.dataset as ds
 import pytest
 
-from clients import Producer, SimpleConsumer
-from clients.unknown_topics import UnknownTopicError
-from clients.zk_registry import read_topic_partitions
-from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
+from mpbroker.cli.spark_load import spark_session
+from mpbroker.clients import Producer, SimpleConsumer
+from mpbroker.clients.core.unknown_topics import UnknownTopicError
+from mpbroker.clients.core.zk_registry import read_topic_partitions
 from mpbroker.codec.message import V1_OVERHEAD
-from spark_loader.cli import spark_session
-from spark_loader.job import CRASH_ENV, LoadOptions, run_load
-from spark_loader.state import LoaderState, LoadLockedError
-
-from tests.broker.conftest import broker_factory  # noqa: F401  (real broker process trees)
+from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
+from mpbroker.spark_loader.job import CRASH_ENV, LoadOptions, run_load
+from mpbroker.spark_loader.state import LoaderState, LoadLockedError
 from tests.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,7 +167,7 @@ def load(spark, output, brokers: str = "", topics=(), **options) -> dict:
 
 
 def cli_command(*args) -> list:
-    return [sys.executable, "-m", "spark_loader.cli", *map(str, args)]
+    return [sys.executable, "-m", "mpbroker.cli.spark_load", *map(str, args)]
 
 
 def cli_env(**extra) -> dict:

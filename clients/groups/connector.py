@@ -1,0 +1,478 @@
+"""The ZooKeeper consumer connector: consumer groups over the 0.7 registry.
+
+    connector = ConsumerConnector({"zk.connect": "zk:2181", "groupid": "loaders"})
+    streams = connector.create_message_streams({"clicks": 2})   # or _by_filter(Whitelist("logs-.*"), 2)
+    for message in streams["clicks"][0]: ...                    # blocks for new messages
+    connector.shutdown()
+
+What it does, in PROTOCOL.md's layout and algorithm:
+- registers the consumer (``/consumers/<group>/ids/<id>``, ephemeral, its subscription);
+- rebalances in its own thread whenever the group's members, the brokers registered
+  for a subscribed topic, or (with a filter) the set of topics change, and after a
+  session expiry: read the group and the partitions, compute the range assignment
+  (``mpbroker.clients.groups.rebalance``), and if this consumer's share changed: stop the fetchers,
+  drop queued chunks, commit, release its owner nodes, claim the new ones (a claim
+  that finds another owner releases what it claimed, backs off and retries, up to
+  ``rebalance.retries.max`` times, then tries again later; the back-off lasts
+  ``rebalance.backoff.ms`` at most: a watch on the owner node in the way ends it when
+  that owner lets go, so a group settles as fast as its slowest member releases);
+- starts each claimed partition at its committed offset, or without one at the
+  smallest or largest offset (``autooffset.reset``), and fetches with one thread per
+  broker (``mpbroker.clients.groups.fetcher``);
+- commits offsets to ``/consumers/<group>/offsets`` every ``autocommit.interval.ms``
+  and on every rebalance (what the user finished with: at least once, see
+  ``mpbroker.clients.groups.message_stream``), on ``commit_offsets()`` and on ``shutdown()``
+  (everything handed out). With ``autofinish.enable=false`` the application marks
+  what it finished (``mark_finished``) and every commit stores only that: a mirror
+  marks a batch once the target cluster acknowledged it.
+
+ZooKeeper calls are made only while connected; while ZooKeeper is away the fetchers
+go on with the partitions already owned and commits wait.
+"""
+
+import logging
+import threading
+import time
+
+from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.protocol.states import KazooState
+
+from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions, read_topics
+from mpbroker.clients.groups.fetcher import BrokerFetcher
+from mpbroker.clients.groups.message_stream import EnvelopeStrippingStream, MessageStream, PartitionTopicInfo
+from mpbroker.clients.groups.rebalance import assign_range
+from mpbroker.clients.groups.settings import ConsumerSettings
+from mpbroker.clients.groups.topic_filter import TopicFilter
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.registry import layout
+from mpbroker.registry.layout import PartitionId
+from mpbroker.registry.zk_client import ZK_ERRORS, close_client, start_client
+
+log = logging.getLogger(__name__)
+
+FETCHER_JOIN_S = 2.0
+MIN_BACKOFF_S = 0.02
+
+
+class ConsumerConnector:
+    def __init__(self, settings=None, **overrides):
+        if not isinstance(settings, ConsumerSettings):
+            settings = ConsumerSettings.from_properties(settings, **overrides)
+        self.settings = settings
+        self.group = settings.group_id
+        self.consumer_id = settings.consumer_id or layout.new_consumer_id(self.group)
+        self._client = start_client(settings.zk_connect, settings.zk_sessiontimeout_ms,
+                                    settings.zk_connectiontimeout_ms)
+        self._client.add_listener(self._on_zk_state)
+        self._lock = threading.RLock()  # rebalance, commit and shutdown take turns
+        self._subscription = None
+        self._filter = None
+        self._topic_streams = {}  # topic -> [MessageStream] (static subscriptions)
+        self._filter_streams = []
+        self._owned = {}  # (topic, PartitionId) -> PartitionTopicInfo
+        self._assignment = None  # (topic, PartitionId) -> our stream index, as claimed
+        self._owner_session = None  # the session the owner nodes were created in
+        self._owner_paths = []
+        self._fetchers = []
+        self._trigger = threading.Event()
+        self._closed = threading.Event()
+        self._threads = []
+        self.rebalances = 0  # rebalances that completed (changed or confirmed the share)
+        self.rebalance_failures = 0  # times every retry conflicted
+        self._unreadable_members = {}  # consumer id -> the registration already warned about
+
+    # --- streams ----------------------------------------------------------------
+
+    def create_message_streams(self, topic_count: dict) -> dict:
+        """``{topic: streams}`` -> ``{topic: [MessageStream, ...]}`` (once per connector)."""
+        counts = {}
+        for topic, streams in dict(topic_count).items():
+            streams = int(streams)
+            if streams < 1:
+                raise ValueError(f"{topic}: at least one stream is needed")
+            counts[check_topic(topic)] = streams
+        if not counts:
+            raise ValueError("no topic to consume")
+        with self._lock:
+            self._check_fresh()
+            self._topic_streams = {topic: [self._new_stream() for _ in range(n)] for topic, n in counts.items()}
+            self._subscription = layout.Subscription(counts)
+        self._start()
+        return {topic: list(streams) for topic, streams in self._topic_streams.items()}
+
+    def create_message_streams_by_filter(self, topic_filter: TopicFilter, num_streams: int = 1) -> list:
+        """``num_streams`` streams over every topic ``topic_filter`` takes, now and later."""
+        if not isinstance(topic_filter, TopicFilter):
+            raise TypeError("topic_filter must be a Whitelist or a Blacklist")
+        if int(num_streams) < 1:
+            raise ValueError("at least one stream is needed")
+        with self._lock:
+            self._check_fresh()
+            self._filter = topic_filter
+            self._filter_streams = [self._new_stream() for _ in range(int(num_streams))]
+            self._subscription = topic_filter.subscription(int(num_streams))
+        self._start()
+        return list(self._filter_streams)
+
+    def _new_stream(self) -> MessageStream:
+        settings = self.settings
+        stream_class = EnvelopeStrippingStream if settings.audit_envelope else MessageStream
+        return stream_class(settings.queuedchunks_max, settings.consumer_timeout_ms, settings.autofinish_enable)
+
+    def _streams(self) -> list:
+        return [*self._filter_streams, *(s for streams in self._topic_streams.values() for s in streams)]
+
+    def _check_fresh(self) -> None:
+        if self._closed.is_set():
+            raise RuntimeError("the connector was shut down")
+        if self._subscription is not None:
+            raise RuntimeError("streams were already created for this connector")
+
+    def _start(self) -> None:
+        with self._lock:
+            self._ensure_registered()
+        self._trigger.set()
+        self._spawn(self._rebalance_loop, "rebalancer")
+        if self.settings.autocommit_enable:
+            self._spawn(self._autocommit_loop, "autocommit")
+
+    def _spawn(self, target, name: str) -> None:
+        thread = threading.Thread(target=target, name=f"mpbroker-{name}-{self.consumer_id}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    # --- what the user sees -----------------------------------------------------
+
+    def owned_partitions(self) -> dict:
+        """``{topic: [PartitionId, ...]}`` this consumer owns now."""
+        with self._lock:
+            owned = {}
+            for topic, partition in sorted(self._owned):
+                owned.setdefault(topic, []).append(partition)
+            return owned
+
+    def finished_offsets(self) -> dict:
+        """``{(topic, PartitionId): offset}``: for each owned partition, the offset after
+        the last finished message (what the next commit stores)."""
+        return {key: info.done_offset for key, info in list(self._owned.items())}
+
+    def mark_finished(self, messages) -> None:
+        """``autofinish.enable=false``: the application is done with ``messages`` (and,
+        per partition, with every message before them it was handed). Each owned
+        partition's finished offset moves to the last of its messages; a message of a
+        partition this consumer no longer owns is ignored (its new owner starts at the
+        committed offset, so it is delivered again rather than lost)."""
+        latest = {}
+        for message in messages:
+            key = (message.topic, message.broker_id, message.partition)
+            if message.next_offset > latest.get(key, -1):
+                latest[key] = message.next_offset
+        owned = self._owned
+        for (topic, broker_id, partition), offset in latest.items():
+            info = owned.get((topic, PartitionId(broker_id, partition)))
+            if info is not None and offset > info.done_offset:
+                info.done_offset = offset
+
+    def commit_offsets(self) -> None:
+        """Store the offset after the last message handed out, for every owned partition
+        (with ``autofinish.enable=false``: after the last finished one)."""
+        with self._lock:
+            self._commit(returned=True)
+
+    def shutdown(self) -> None:
+        """Stop fetching, commit what was handed out (``autofinish.enable=false``: what
+        was finished), release the partitions, leave the group; the streams end
+        (StopIteration)."""
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._trigger.set()
+        for thread in self._threads:
+            thread.join(self.settings.zk_sessiontimeout_ms / 1000 + 5)
+        with self._lock:
+            self._stop_fetchers()
+            if self._client.connected:
+                try:
+                    self._commit(returned=True)
+                    self._release()
+                    self._delete_registration()
+                except ZK_ERRORS as exc:
+                    log.warning("shutdown could not finish in ZooKeeper (%s); the session's end releases the "
+                                "partitions", exc)
+            else:
+                log.warning("ZooKeeper is away at shutdown: offsets since the last commit are not stored")
+            close_client(self._client)
+            for stream in self._streams():
+                stream.end()
+        log.info("consumer %s shut down", self.consumer_id)
+
+    def __enter__(self) -> "ConsumerConnector":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # --- ZooKeeper events -------------------------------------------------------
+
+    def _on_watch(self, event=None) -> None:  # kazoo's thread
+        self._trigger.set()
+
+    def _on_zk_state(self, state) -> None:  # kazoo's thread
+        if self._closed.is_set():
+            return
+        if state == KazooState.LOST:
+            log.warning("consumer %s: ZooKeeper session expired; rejoining the group once reconnected",
+                        self.consumer_id)
+        elif state == KazooState.CONNECTED:
+            self._trigger.set()  # a new session re-registers and rebalances; the same one finds nothing new
+
+    # --- rebalance --------------------------------------------------------------
+
+    def _rebalance_loop(self) -> None:
+        retry_at = None
+        while not self._closed.is_set():
+            timeout = None if retry_at is None else max(0.0, retry_at - time.monotonic())
+            self._trigger.wait(timeout)
+            if self._closed.is_set():
+                return
+            self._trigger.clear()
+            if self._rebalance():
+                retry_at = None
+            else:
+                retry_at = time.monotonic() + self.settings.rebalance_backoff_ms / 1000
+
+    def _rebalance(self) -> bool:
+        backoff = self.settings.rebalance_backoff_ms / 1000
+        attempts = self.settings.rebalance_retries_max + 1
+        for attempt in range(1, attempts + 1):
+            done = False
+            try:
+                with self._lock:
+                    if self._closed.is_set():
+                        return True
+                    if not self._client.connected:
+                        return False
+                    done = self._rebalance_once()
+            except ZK_ERRORS as exc:
+                log.warning("consumer %s: rebalance attempt %d failed: %r", self.consumer_id, attempt, exc)
+            if done:
+                self.rebalances += 1
+                return True
+            if attempt < attempts:
+                log.info("consumer %s: rebalance attempt %d of %d did not complete; retrying within %.1fs",
+                         self.consumer_id, attempt, attempts, backoff)
+                # Back off for rebalance.backoff.ms, or less: until the owner node that was in
+                # the way goes, or the group changes (the watches set the trigger).
+                self._closed.wait(MIN_BACKOFF_S)
+                self._trigger.wait(backoff)
+                if self._closed.is_set():
+                    return True
+                self._trigger.clear()  # the next attempt reads everything afresh
+        self.rebalance_failures += 1
+        log.error("consumer %s: could not rebalance in %d attempts (rebalance.retries.max); trying again in %.1fs",
+                  self.consumer_id, attempts, backoff)
+        return False
+
+    def _rebalance_once(self) -> bool:
+        client = self._client
+        self._ensure_registered()
+        session = client.client_id[0]
+        subscriptions = self._read_group()
+        brokers = read_brokers(client)
+        wanted = {}
+        for topic in self._topics():
+            partitions = [p for p in read_topic_partitions(client, topic, watch=self._on_watch) if p.broker_id in brokers]
+            stream_ids = [layout.stream_id(consumer, index) for consumer, subscription in subscriptions.items()
+                          for index in range(subscription.streams_for(topic))]
+            prefix = self.consumer_id + "-"
+            for stream, partitions_of_stream in assign_range(partitions, stream_ids).items():
+                if stream.startswith(prefix) and stream[len(prefix):].isdigit():
+                    for partition in partitions_of_stream:
+                        wanted[(topic, partition)] = int(stream[len(prefix):])
+        if session == self._owner_session and wanted == self._assignment:
+            return True  # nothing changed for this consumer
+        self._stop_fetchers()
+        self._commit(returned=False)
+        self._release()
+        if not self._claim(wanted, session):
+            return False
+        self._start_fetchers(wanted, brokers)
+        return True
+
+    def _read_group(self) -> dict:
+        """``{consumer id: Subscription}`` of the group's members (this one included).
+
+        A member whose registration does not parse (``layout.parse_subscription``:
+        neither a 0.7 form nor mpbroker's earlier JSON one) is a member with no
+        subscription: it gets no stream, so the range assignment shares every
+        partition among the members that can be read, and none is left to a stream
+        that may never claim it. (Counting it would need a stream count and topics
+        nobody can know; 0.7 fails the rebalance on it, and after
+        ``rebalance.retries.max`` the whole group stops consuming.) If that member
+        consumes all the same -- a client writing a form unknown here -- its claims
+        and ours collide on the owner nodes and the rebalance retries: visible in
+        the logs, nothing skipped. It is logged at WARNING, with the group, its id
+        and its value, once per value; ``mpbroker-groups --describe`` lists it as
+        ``invalid``."""
+        client = self._client
+        subscriptions = {}
+        ids_path = layout.consumer_ids_path(self.group)
+        members = client.get_children(ids_path, watch=self._on_watch)
+        for gone in set(self._unreadable_members).difference(members):
+            del self._unreadable_members[gone]
+        for consumer in members:
+            try:
+                data, _ = client.get(f"{ids_path}/{consumer}")  # another client's id: any node name
+                subscriptions[consumer] = layout.parse_subscription(data)
+            except NoNodeError:
+                continue
+            except layout.LayoutError:
+                if self._unreadable_members.get(consumer) != data:
+                    self._unreadable_members[consumer] = data
+                    log.warning("group %s: member %s registered %r, which is no subscription this client can read; "
+                                "it is given no partitions (the others share them all)", self.group, consumer,
+                                data[:200])
+        subscriptions.setdefault(self.consumer_id, self._subscription)
+        return subscriptions
+
+    def _topics(self) -> list:
+        if self._filter is None:
+            return sorted(self._subscription.topics)
+        return [topic for topic in read_topics(self._client, watch=self._on_watch) if self._filter.matches(topic)]
+
+    def _claim(self, wanted: dict, session: int) -> bool:
+        client = self._client
+        claimed = []
+        for (topic, partition), index in sorted(wanted.items()):
+            path = layout.owner_path(self.group, topic, partition)
+            value = layout.stream_id(self.consumer_id, index).encode()
+            try:
+                client.create(path, value, ephemeral=True, makepath=True)
+            except NodeExistsError:
+                try:
+                    data, stat = client.get(path)
+                except NoNodeError:
+                    data, stat = None, None
+                if not (data == value and stat.ephemeralOwner == session):
+                    log.info("consumer %s: %s-%s is still owned by %s", self.consumer_id, topic, partition.node(),
+                             data.decode(errors="replace") if data else "(gone)")
+                    if client.exists(path, watch=self._on_watch) is None:  # the back-off ends when it goes
+                        self._trigger.set()
+                    self._owner_paths = claimed
+                    self._owner_session = session
+                    self._release()
+                    return False
+            claimed.append(path)
+        self._owner_paths = claimed
+        self._owner_session = session
+        self._assignment = dict(wanted)
+        return True
+
+    def _release(self) -> None:
+        """Delete the owner nodes this consumer created (in its current session)."""
+        client = self._client
+        session = client.client_id[0] if client.client_id else None
+        for path in self._owner_paths:
+            try:
+                _, stat = client.get(path)
+                if stat.ephemeralOwner == session:
+                    client.delete(path, version=stat.version)
+            except NoNodeError:
+                pass
+        self._owner_paths = []
+        self._assignment = None
+        self._owner_session = None
+
+    def unreadable_partitions(self) -> list:
+        """``[(topic, "broker-partition", offset, why), ...]``: the owned partitions whose
+        next message cannot be read (damaged, larger than ``max.fetch.size``), which the
+        fetchers stopped at (until the next rebalance) instead of skipping it."""
+        return [(topic, partition.node(), info.fetch_offset, info.stuck)
+                for (topic, partition), info in sorted(list(self._owned.items())) if info.stuck]
+
+    def _start_fetchers(self, wanted: dict, brokers: dict) -> None:
+        client = self._client
+        self._owned = {}
+        by_broker = {}
+        for (topic, partition), index in sorted(wanted.items()):
+            stream = self._filter_streams[index] if self._filter is not None else self._topic_streams[topic][index]
+            try:
+                data, _ = client.get(layout.offset_path(self.group, topic, partition))
+                offset = layout.parse_offset(data)
+            except NoNodeError:
+                offset = -1  # the fetcher asks the broker (autooffset.reset)
+            except layout.LayoutError as exc:
+                log.warning("%s-%s: %s; starting per autooffset.reset", topic, partition.node(), exc)
+                offset = -1
+            info = PartitionTopicInfo(topic, partition, stream.queue, offset, self.settings.fetch_size)
+            self._owned[(topic, partition)] = info
+            by_broker.setdefault(partition.broker_id, []).append(info)
+        self._fetchers = [BrokerFetcher(brokers[broker_id], infos, self.settings)
+                          for broker_id, infos in sorted(by_broker.items())]
+        for fetcher in self._fetchers:
+            fetcher.start()
+        log.info("consumer %s owns %s", self.consumer_id,
+                 ", ".join(f"{topic}:{partition.node()}" for topic, partition in sorted(wanted)) or "nothing")
+
+    def _stop_fetchers(self) -> None:
+        for fetcher in self._fetchers:
+            fetcher.stop()
+        for info in self._owned.values():
+            info.released = True
+        for stream in self._streams():
+            stream.clear()
+        for fetcher in self._fetchers:
+            fetcher.join(FETCHER_JOIN_S)
+        self._fetchers = []
+
+    # --- registration and offsets -------------------------------------------------
+
+    def _ensure_registered(self) -> None:
+        client = self._client
+        path = layout.consumer_path(self.group, self.consumer_id)
+        value = self._subscription.value()
+        session = client.client_id[0]
+        try:
+            data, stat = client.get(path)
+            if data == value and stat.ephemeralOwner == session:
+                return
+            client.delete(path, version=stat.version)  # left by an expired session of ours
+        except NoNodeError:
+            pass
+        client.create(path, value, ephemeral=True, makepath=True)
+        log.info("consumer %s joined group %s (%s)", self.consumer_id, self.group, value.decode())
+
+    def _delete_registration(self) -> None:
+        try:
+            self._client.delete(layout.consumer_path(self.group, self.consumer_id))
+        except NoNodeError:
+            pass
+
+    def _commit(self, returned: bool) -> None:
+        client = self._client
+        returned = returned and self.settings.autofinish_enable
+        for (topic, partition), info in list(self._owned.items()):
+            offset = info.returned_offset if returned else info.done_offset
+            if offset < 0 or offset <= info.committed_offset:
+                continue
+            path = layout.offset_path(self.group, topic, partition)
+            value = str(offset).encode()
+            try:
+                client.set(path, value)
+            except NoNodeError:
+                try:
+                    client.create(path, value, makepath=True)
+                except NodeExistsError:
+                    client.set(path, value)
+            info.committed_offset = offset
+
+    def _autocommit_loop(self) -> None:
+        interval = self.settings.autocommit_interval_ms / 1000
+        while not self._closed.wait(interval):
+            try:
+                with self._lock:
+                    if self._client.connected and not self._closed.is_set():
+                        self._commit(returned=False)
+            except ZK_ERRORS as exc:
+                log.warning("consumer %s: committing offsets failed (%r); trying again in %.0fs",
+                            self.consumer_id, exc, interval)

@@ -1,0 +1,406 @@
+"""The producer: ``send(topic, messages, key=None)`` and ``close()``.
+
+Messages are grouped per (broker, partition); each group becomes one message set
+(one compressed wrapper message when the topic is compressed) and one request. In
+fire-and-forget mode (``acks=none``, 0.7's PRODUCE) a broker's requests go out in one
+vectored write; in acknowledged mode (``acks=append`` or ``flush``, PRODUCE_ACKED)
+they are pipelined on the connection and their answers read in order, and ``send``
+returns where each set was written.
+
+A request whose partition's worker is restarting (error 7), or whose connection
+broke, is sent again after ``retry.backoff.ms``, up to ``num.retries`` times; other
+errors raise at once. In sync mode ``send`` delivers before it returns; in async mode
+(``producer.type=async``) it queues, and a background thread sends batches when
+``batch.size`` messages are queued or the oldest has waited ``queue.time`` ms (see
+``async_sender``). ``close`` delivers what is queued, then closes the connections.
+
+The brokers and a topic's (broker, partition) pairs come from a static ``broker.list``
+(``brokers.StaticBrokerPartitions``: partitions found by probing) or, with
+``zk.connect``, from ZooKeeper (``zk_brokers.ZkBrokerPartitions``: kept current by
+watches, so brokers that join are used and brokers that leave drop out; with no
+broker registered a send waits up to ``zk.connectiontimeout.ms`` for one). A broker's
+connection is made when it is first used. With ``zk.connect`` a new topic lands, as
+in 0.7, on the brokers its first batch reached; ``spread.topics=true`` (or
+``spread_topic``) first creates it on every live broker (``topic_spread``).
+
+With ``audit.envelope=true`` every message is stamped with its creation time, host and
+producer, and the delivered messages are counted per window and published to the
+audit topic (``producer_audit``); without it nothing of that runs.
+"""
+
+import logging
+import random
+import threading
+import time
+from typing import NamedTuple
+
+from mpbroker.clients.core.brokers import StaticBrokerPartitions, parse_broker_list
+from mpbroker.clients.core.connection import BrokerConnection
+from mpbroker.clients.core.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
+from mpbroker.clients.core.settings import ProducerSettings
+from mpbroker.clients.producer.async_sender import AsyncSender
+from mpbroker.clients.producer.auditor import ProducerAuditor
+from mpbroker.clients.producer.callbacks import NoCallbacks, load_callbacks
+from mpbroker.clients.producer.partitioner import default_partitioner, load_partitioner
+from mpbroker.clients.producer.topic_spread import DEFAULT_WAIT_S, TopicSpreadTimeout, spread_topic
+from mpbroker.clients.producer.zk_brokers import ZkBrokerPartitions
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses as rs
+from mpbroker.codec.compression import compress
+from mpbroker.codec.errors import ErrorCode, MessageSizeTooLargeError
+from mpbroker.codec.message import encode_message, encode_message_set
+from mpbroker.codec.requests import Durability
+from mpbroker.codec.topic_names import check_topic
+
+log = logging.getLogger(__name__)
+
+_DURABILITY = {"append": Durability.APPEND, "flush": Durability.FLUSH}
+_BYTES_ONLY = frozenset({bytes})
+
+
+class SendResult(NamedTuple):
+    topic: str
+    broker_id: int
+    partition: int
+    messages: int
+    offset: int | None  # where the set was written (acknowledged modes), else None
+    next_offset: int | None  # the log end after it (acknowledged modes), else None
+
+
+class ProducerStats:
+    """Counters of a producer. Each has one writer at a time (the thread holding the
+    send lock, or the async sender thread; callers only add drops), so no lock."""
+
+    def __init__(self):
+        self.messages_sent = 0
+        self.bytes_sent = 0
+        self.requests_sent = 0
+        self.retries = 0
+        self.messages_failed = 0
+        self.messages_dropped = 0  # async queue full
+
+    def as_dict(self) -> dict:
+        return dict(vars(self))
+
+
+class _Request:
+    """One produce request: a message set for one (broker, topic, partition)."""
+
+    __slots__ = ("topic", "broker_id", "partition", "payloads", "message_set")
+
+    def __init__(self, topic, broker_id, partition, payloads, message_set):
+        self.topic = topic
+        self.broker_id = broker_id
+        self.partition = partition
+        self.payloads = payloads
+        self.message_set = message_set
+
+
+def _to_bytes(message) -> bytes:
+    if isinstance(message, (bytes, bytearray, memoryview)):
+        return bytes(message)
+    if isinstance(message, str):
+        return message.encode("utf-8")
+    raise TypeError(f"a message is bytes or str, not {type(message).__name__}")
+
+
+class Producer:
+    def __init__(self, properties=None, **overrides):
+        self.settings = settings = ProducerSettings.from_properties(properties, **overrides)
+        self._partition_for = load_partitioner(settings.partitioner_class)
+        self.callbacks = load_callbacks(settings.callback_handler)
+        self.auditor = None  # audit.envelope: stamps, counts and publishes (mpbroker.clients.producer.auditor)
+        self._connections = {}  # broker id -> (lock, BrokerConnection), made on first use
+        self._connections_lock = threading.Lock()
+        if settings.zk_connect:  # after the checks that can refuse a setting: no session left open
+            self._metadata = ZkBrokerPartitions(settings.zk_connect, settings.zk_sessiontimeout_ms,
+                                                settings.zk_connectiontimeout_ms)
+        else:
+            brokers = parse_broker_list(settings.broker_list)
+            self._metadata = StaticBrokerPartitions(brokers, self._connection_for,
+                                                    settings.topic_metadata_refresh_ms)
+            for broker in brokers:
+                self._connection_for(broker.id)
+        self.stats = ProducerStats()
+        self._send_lock = threading.Lock()
+        self._checked_topics = {}  # as given -> checked str
+        self._spread = set()  # spread.topics: topics spread over the live brokers (or tried for long enough)
+        self._closed = False
+        self._sender = AsyncSender(self) if settings.producer_type == "async" else None
+        if settings.audit_envelope:
+            self.auditor = self.callbacks = ProducerAuditor(settings, self.callbacks, Producer)
+
+    # --- public -----------------------------------------------------------------
+
+    def send(self, topic: str, messages, key=None):
+        """Send one message (bytes or str) or a list of them, all with ``key``.
+
+        Sync: delivered when this returns; the result is a list of SendResult (offsets
+        filled in for acknowledged modes). Async: queued; returns None (QueueFullError
+        if the queue stayed full for ``queue.enqueueTimeout.ms``)."""
+        if self._closed:
+            raise ProducerClosedError("send() after close()")
+        checked = self._checked_topics.get(topic)
+        if checked is None:
+            checked = self._checked_topics[topic] = check_topic(topic)  # str, also for a bytes name
+        topic = checked
+        if isinstance(messages, (list, tuple)):
+            if set(map(type, messages)) <= _BYTES_ONLY:  # the usual case, checked in C
+                payloads = list(messages)
+            else:
+                payloads = [_to_bytes(message) for message in messages]
+        else:
+            payloads = [messages if type(messages) is bytes else _to_bytes(messages)]
+        if type(self.callbacks) is NoCallbacks:
+            items = [(topic, key, payload) for payload in payloads]
+        else:
+            before_enqueue = self.callbacks.before_enqueue
+            items = []
+            for payload in payloads:
+                payload = before_enqueue(topic, key, payload)
+                if payload is not None:
+                    items.append((topic, key, _to_bytes(payload)))
+            payloads = [payload for _, _, payload in items]
+        limit = self.settings.max_message_size
+        longest = max(map(len, payloads), default=0)
+        if longest > limit:
+            raise MessageSizeTooLargeError(
+                f"a {longest}-byte message exceeds max.message.size ({limit}); nothing was sent")
+        if self._sender is not None:
+            for item in items:
+                self._sender.enqueue(item)
+            return None
+        with self._send_lock:
+            return self.deliver(items)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Async: wait until everything queued so far was delivered (or failed);
+        False if ``timeout`` seconds passed first."""
+        if self._closed:
+            raise ProducerClosedError("flush() after close()")
+        return self._sender.flush(timeout) if self._sender is not None else True
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Deliver what is queued, then close every connection. False if the queue could
+        not be delivered within ``timeout`` seconds (the sender thread goes on with it)."""
+        if self._closed:
+            return True
+        self._closed = True
+        if self._sender is not None and not self._sender.close(timeout):
+            return False
+        if self.auditor is not None:
+            self.auditor.close()  # after the queue was delivered: publishes every count
+        for lock, connection in list(self._connections.values()):
+            with lock:
+                connection.close()
+        close_metadata = getattr(self._metadata, "close", None)
+        if close_metadata is not None:
+            close_metadata()  # zk.connect: ends the ZooKeeper session
+        return True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def partitions_for(self, topic: str) -> list:
+        """The (broker id, partition) pairs ``topic`` is spread over."""
+        return self._metadata.partitions(topic)
+
+    def spread_topic(self, topic: str, timeout_s: float = DEFAULT_WAIT_S) -> list:
+        """Make ``topic`` exist on every live broker and wait (up to ``timeout_s``) until
+        each registered it, so that it is spread over all their partitions (``zk.connect``;
+        with a static broker list every broker's partitions are used anyway). Returns the
+        topic's (broker id, partition) pairs; raises BrokerUnavailableError without a live
+        broker, TopicSpreadTimeout if some broker did not register it in time."""
+        topic = check_topic(topic)
+        if not isinstance(self._metadata, ZkBrokerPartitions):
+            return self._metadata.partitions(topic)
+        return spread_topic(self._metadata, self._connection_for, topic, timeout_s)
+
+    # --- delivery (sync callers and the async sender) ----------------------------
+
+    def _connection_for(self, broker_id: int) -> tuple:
+        """(lock, BrokerConnection) of a broker, made on first use; a broker that is
+        registered again at another address (zk.connect) gets a new connection."""
+        broker = self._metadata.brokers.get(broker_id)
+        entry = self._connections.get(broker_id)
+        if entry is not None and (broker is None or (entry[1].host, entry[1].port) == (broker.host, broker.port)):
+            return entry
+        if broker is None:
+            raise BrokerUnavailableError(f"broker {broker_id} is not registered any more")
+        with self._connections_lock:
+            old = self._connections.get(broker_id)
+            if old is not None and (old[1].host, old[1].port) == (broker.host, broker.port):
+                return old
+            settings = self.settings
+            entry = self._connections[broker_id] = (threading.Lock(), BrokerConnection(
+                broker.host, broker.port, connect_timeout_ms=settings.connect_timeout_ms,
+                socket_timeout_ms=settings.socket_timeout_ms, backoff_ms=settings.retry_backoff_ms))
+        if old is not None:
+            with old[0]:
+                old[1].close()
+        return entry
+
+    def deliver(self, items) -> list:
+        """Send ``[(topic, key, payload), ...]``; return SendResults, grouped by broker.
+
+        If some requests fail, the others are still delivered; the first error is raised
+        with ``results`` (what was delivered) and ``failed_messages`` set on it."""
+        if not items:
+            return []
+        items = self.callbacks.before_send(items)
+        try:
+            results = self._deliver(items)
+        except Exception as exc:
+            self.stats.messages_failed += getattr(exc, "failed_messages", len(items))
+            self.callbacks.on_error(items, exc)
+            raise
+        self.callbacks.after_send(items, results)
+        return results
+
+    def _deliver(self, items) -> list:
+        groups = {}
+        pairs_by_topic = {}
+        keyless = {}  # topic -> the pair this batch's keyless messages go to (default partitioner)
+        partition_for = self._partition_for
+        sticky = partition_for is default_partitioner
+        last_topic = last_key = bucket = None
+        for topic, key, payload in items:
+            # The default partitioner sends a (topic, key) to one pair per batch: a run of
+            # items with the same topic and key (a list given to send()) joins the last group.
+            if sticky and bucket is not None and topic is last_topic and key is last_key:
+                bucket.append(payload)
+                continue
+            pairs = pairs_by_topic.get(topic)
+            if pairs is None:
+                if self.settings.spread_topics and topic not in self._spread:
+                    self._spread_first(topic)
+                pairs = pairs_by_topic[topic] = self._metadata.partitions(topic)
+                if not pairs:
+                    raise BrokerUnavailableError(f"no broker has a partition of topic {topic!r}")
+            if key is None and sticky:
+                pair = keyless.get(topic)
+                if pair is None:
+                    pair = keyless[topic] = pairs[random.randrange(len(pairs))]
+            else:
+                index = partition_for(key, len(pairs))
+                if not 0 <= index < len(pairs):
+                    raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
+                                     f"which has {len(pairs)} (valid: 0 to {len(pairs) - 1})")
+                pair = pairs[index]
+            bucket = groups.setdefault((pair[0], topic, pair[1]), [])
+            bucket.append(payload)
+            last_topic, last_key = topic, key
+        requests = []
+        for (broker_id, topic, partition), payloads in groups.items():
+            requests.extend(self._requests(topic, broker_id, partition, payloads))
+        by_broker = {}
+        for request in requests:
+            by_broker.setdefault(request.broker_id, []).append(request)
+        results = []
+        first_error = None
+        failed = 0
+        for broker_id, broker_requests in by_broker.items():
+            delivered_before = len(results)
+            try:
+                self._send_to_broker(broker_id, broker_requests, results)
+            except Exception as exc:
+                delivered = sum(result.messages for result in results[delivered_before:])
+                failed += sum(len(request.payloads) for request in broker_requests) - delivered
+                first_error = first_error or exc
+                if isinstance(exc, BrokerUnavailableError):
+                    self._metadata.invalidate_all()  # re-probe: a dead broker's partitions drop out
+        if first_error is not None:
+            first_error.results = results
+            first_error.failed_messages = failed
+            raise first_error
+        return results
+
+    def _spread_first(self, topic: str) -> None:
+        """spread.topics: before this producer's first send of ``topic``."""
+        try:
+            self.spread_topic(topic)
+        except TopicSpreadTimeout as exc:  # send anyway: to the brokers that have it
+            log.warning("spreading topic %s: %s", topic, exc)
+        self._spread.add(topic)
+
+    def _requests(self, topic: str, broker_id: int, partition: int, payloads: list) -> list:
+        """The request(s) for one group: compressed as one wrapper message when the topic
+        is compressed, split in halves while a wrapper would exceed max.message.size."""
+        codec = self.settings.compresses(topic)
+        if not codec:
+            return [_Request(topic, broker_id, partition, payloads, encode_message_set(payloads))]
+        compressed = compress(codec, encode_message_set(payloads))
+        if len(compressed) <= self.settings.max_message_size:
+            return [_Request(topic, broker_id, partition, payloads, encode_message(compressed, codec))]
+        if len(payloads) == 1:  # incompressible and near the limit: send it as it is
+            return [_Request(topic, broker_id, partition, payloads, encode_message_set(payloads))]
+        half = len(payloads) // 2
+        return (self._requests(topic, broker_id, partition, payloads[:half])
+                + self._requests(topic, broker_id, partition, payloads[half:]))
+
+    def _send_to_broker(self, broker_id: int, requests: list, results: list) -> None:
+        """Deliver ``requests`` to one broker, retrying what failed retriably; the
+        SendResults of what got through are appended to ``results`` as it goes."""
+        lock, connection = self._connection_for(broker_id)
+        last_error = None
+        for attempt in range(self.settings.num_retries + 1):
+            if attempt:
+                self.stats.retries += len(requests)
+                time.sleep(self.settings.retry_backoff_ms / 1000)
+            try:
+                with lock:
+                    requests = self._send_once(connection, broker_id, requests, results)
+            except BrokerUnavailableError as exc:
+                last_error = exc  # resend them all (a fire-and-forget resend may duplicate)
+                continue
+            if not requests:
+                return
+            last_error = BrokerUnavailableError(
+                f"{len(requests)} request(s) to broker {broker_id}: partition unavailable (its worker is restarting)")
+        raise last_error
+
+    def _send_once(self, connection, broker_id: int, requests: list, results: list) -> list:
+        """One attempt; appends SendResults of what got through; returns what to retry."""
+        acks = self.settings.acks
+        buffers = []
+        if acks == "none":
+            for request in requests:
+                buffers.extend(rq.produce_parts(request.topic, request.partition, request.message_set))
+            connection.send(*buffers)
+            self._count(requests)
+            results.extend(SendResult(r.topic, broker_id, r.partition, len(r.payloads), None, None)
+                           for r in requests)
+            return []
+        durability = _DURABILITY[acks]
+        for request in requests:
+            buffers.extend(rq.produce_acked_parts(durability, request.topic, request.partition, request.message_set))
+        connection.send(*buffers)  # pipelined: answers come back in request order
+        acknowledged, retry, failure = [], [], None
+        for index, request in enumerate(requests):
+            try:
+                ack = rs.decode_produce_ack(connection.receive())
+            except BrokerUnavailableError:
+                retry.extend(requests[index:])  # their answers went with the connection
+                break
+            if ack.error == ErrorCode.NO_ERROR:
+                acknowledged.append(request)
+                results.append(SendResult(request.topic, broker_id, ack.partition, len(request.payloads),
+                                          ack.offset, ack.next_offset))
+            elif ack.error in RETRIABLE_CODES:
+                retry.append(request)
+            elif failure is None:
+                failure = error_for(ack.error, f"produce to {request.topic}-{request.partition}")
+        self._count(acknowledged)
+        if failure is not None:
+            raise failure
+        return retry
+
+    def _count(self, requests) -> None:
+        stats = self.stats
+        stats.requests_sent += len(requests)
+        for request in requests:
+            stats.messages_sent += len(request.payloads)
+            stats.bytes_sent += len(request.message_set)

@@ -1,0 +1,238 @@
+"""The registrar: the supervisor's child that keeps this broker registered in ZooKeeper.
+
+It runs only with ``enable.zookeeper=true``, in its own process because kazoo runs
+threads and the supervisor must stay a single-threaded process that can fork.
+
+Its life, driven by the supervisor over the control channel:
+1. Connect and check that the broker id is free (``BrokerRegistration.check_id``),
+   then tell the supervisor ``checked``; the supervisor starts the workers only
+   then. An id held by a live broker ends the registrar with EXIT_ID_CONFLICT, and
+   the supervisor refuses to start. If ZooKeeper does not answer within
+   ``zk.connectiontimeout.ms`` it says ``checked`` anyway: the broker serves without
+   ZooKeeper and the registrar keeps trying (the id is checked once it connects).
+2. On ``register`` (the acceptor takes connections) write the id and every topic.
+   Topics come from the workers' partition tables, scanned every TOPIC_SCAN_S, so a
+   topic created by a produce is registered within about a second.
+3. A new session (after an expiry, or ZooKeeper's data lost) writes everything again;
+   the nodes are verified every VERIFY_S. A client kept away longer than twice the
+   session timeout is replaced by a new one: a ZooKeeper that lost its data refuses a
+   client that has seen newer transactions than its own, and kazoo would retry that
+   same client for ever (the old session is expired by then anyway).
+4. On ``stop`` (or TERM) delete the nodes and close the session.
+
+Its state goes to the supervisor as ``zk_state`` messages, which ``mpbroker-ctl
+status`` shows; the first one saying ``registered`` after ``register`` is what the
+supervisor waits for (at most zk.connectiontimeout.ms) before it tells systemd READY=1.
+"""
+
+import logging
+import select
+import time
+
+from kazoo.protocol.states import KazooState
+
+from mpbroker.clock import monotonic_ms
+from mpbroker.logging_setup import set_level
+from mpbroker.process import install_child_signals, term_requested
+from mpbroker.registrar import EXIT_ID_CONFLICT
+from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
+from mpbroker.registry import layout
+from mpbroker.registry.zk_client import (
+    TRANSIENT,
+    ZK_ERRORS,
+    ZooKeeperUnavailable,
+    close_client,
+    ensure_chroot,
+    make_client,
+)
+
+log = logging.getLogger(__name__)
+
+LOOP_S = 0.25
+TOPIC_SCAN_S = 1.0
+VERIFY_S = 30.0
+CHROOT_TIMEOUT_S = 1.0
+WARN_EVERY_S = 30.0
+MIN_REPLACE_AFTER_S = 5.0
+
+
+class Registrar:
+    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str):
+        self.config = config
+        self.tables = tables
+        self.slots = slots
+        self.slot = slot
+        self.channel = channel
+        self.info = layout.BrokerInfo(config.brokerid, creator, layout.hostname_for_registration(config.hostname),
+                                      port)
+        self.client = None
+        self.registration = None
+        self.checked = False
+        self.serving = False  # the supervisor said "register"
+        self.stopping = False
+        self._started = time.monotonic()
+        self._reported = None
+        self._next_scan = 0.0
+        self._next_verify = 0.0
+        self._last_warning = 0.0
+        self._zk_state = "connecting"
+        self._away_since = None  # monotonic time the client was first seen disconnected
+
+    # --- the loop ---------------------------------------------------------------
+
+    def run(self) -> int:
+        wakeup = install_child_signals()
+        logging.getLogger("kazoo").setLevel(logging.ERROR)  # our own lines say what happens
+        self.channel.send("ready")
+        try:
+            while not self.stopping:
+                readable, _, _ = select.select([self.channel.fileno(), wakeup], [], [], LOOP_S)
+                if wakeup in readable and term_requested(wakeup):
+                    self.stopping = True
+                if self.channel.fileno() in readable:
+                    self._on_messages()
+                self.slots.beat(self.slot, monotonic_ms())
+                if not self.stopping:
+                    self._step()
+        except BrokerIdConflict as exc:
+            log.critical("%s", exc)
+            self._close()
+            return EXIT_ID_CONFLICT
+        self._deregister()
+        self._close()
+        log.info("stopped")
+        return 0
+
+    def _on_messages(self) -> None:
+        for message in self.channel.receive_all():
+            if message is None:
+                self.stopping = True  # the supervisor is gone
+            elif message["op"] == "register":
+                self.serving = True
+                self._next_scan = 0.0
+            elif message["op"] == "stop":
+                self.stopping = True
+            elif message["op"] == "reload":
+                set_level(message["properties"]["log.level"])
+
+    def _step(self) -> None:
+        try:
+            if self.client is None:
+                self._connect()
+            if not self.client.connected:
+                self._report_unreachable()
+                self._report()  # status must show the disconnection too
+                self._replace_client_kept_away()
+                return
+            self._away_since = None
+            if not self.checked:
+                self.registration.check_id(self.config.zk_sessiontimeout_ms * 1.5 / 1000 + 1)
+                self.checked = True
+                self.channel.send("checked", zookeeper=True)
+            if self.serving:
+                self._register()
+        except (ZooKeeperUnavailable, *TRANSIENT) as exc:
+            self._report_unreachable(exc)
+        except ZK_ERRORS as exc:  # the other ZooKeeper errors
+            self._warn(f"ZooKeeper call failed: {exc!r}; retrying")
+        self._report()
+
+    def _connect(self) -> None:
+        ensure_chroot(self.config.zk_connect, CHROOT_TIMEOUT_S)
+        self.client = make_client(self.config.zk_connect, self.config.zk_sessiontimeout_ms)
+        self.client.add_listener(self._on_state)
+        self.client.start_async()
+        self.registration = BrokerRegistration(self.client, self.info)
+
+    def _replace_client_kept_away(self) -> None:
+        now = time.monotonic()
+        if self._away_since is None:
+            self._away_since = now
+            return
+        limit = max(2 * self.config.zk_sessiontimeout_ms / 1000, MIN_REPLACE_AFTER_S)
+        if now - self._away_since < limit:
+            return
+        log.warning("ZooKeeper at %s has not taken this client back for %.0fs (a server that lost its data "
+                    "refuses clients that saw newer transactions); starting a new session",
+                    self.config.zk_connect, now - self._away_since)
+        self._close()
+        self.registration = None
+        self._away_since = None
+        self._next_scan = 0.0
+
+    def _on_state(self, state) -> None:  # kazoo's thread: record and log only
+        if self.stopping:
+            return
+        self._zk_state = {KazooState.CONNECTED: "connected", KazooState.SUSPENDED: "suspended",
+                          KazooState.LOST: "session lost"}.get(state, str(state))
+        if state == KazooState.LOST:
+            log.warning("ZooKeeper session expired; registering again once reconnected")
+        elif state == KazooState.SUSPENDED:
+            log.warning("ZooKeeper connection lost; still serving, reconnecting")
+        else:
+            log.info("connected to ZooKeeper at %s", self.config.zk_connect)
+
+    def _register(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_scan:
+            self._next_scan = now + TOPIC_SCAN_S
+            self.registration.add_topics(self._topics())
+        if now >= self._next_verify and self.registration.registered_session is not None:
+            self._next_verify = now + VERIFY_S
+            self.registration.verify()
+        self.registration.register()
+
+    def _topics(self) -> dict:
+        topics = {topic for table in self.tables for _, topic, _ in table.names()}
+        return {topic: self.config.partitions_for(topic) for topic in topics}
+
+    # --- reporting --------------------------------------------------------------
+
+    def _report_unreachable(self, exc=None) -> None:
+        waited = time.monotonic() - self._started
+        if not self.checked and waited * 1000 >= self.config.zk_connectiontimeout_ms:
+            self.checked = None  # told the supervisor; the id is still checked on connecting
+            log.error("ZooKeeper at %s did not answer within %d ms; serving without it and retrying",
+                      self.config.zk_connect, self.config.zk_connectiontimeout_ms)
+            self.channel.send("checked", zookeeper=False)
+        if exc is not None:
+            self._warn(f"ZooKeeper unreachable ({exc.__class__.__name__}: {exc}); retrying")
+
+    def _warn(self, message: str) -> None:
+        now = time.monotonic()
+        if now - self._last_warning >= WARN_EVERY_S:
+            self._last_warning = now
+            log.warning("%s", message)
+
+    def _report(self) -> None:
+        registration = self.registration
+        connected = bool(self.client is not None and self.client.connected)
+        state = {
+            "connected": connected,
+            "state": self._zk_state if self.client is not None else "connecting",
+            "registered": bool(connected and registration and registration.registered_session is not None
+                               and registration.registered_session == self.client.client_id[0]),
+            "topics": len(registration.topics) if registration else 0,
+            "zk_connect": self.config.zk_connect,
+        }
+        if state != self._reported:
+            self._reported = state
+            self.channel.send("zk_state", **state)
+
+    # --- stop -------------------------------------------------------------------
+
+    def _deregister(self) -> None:
+        if self.registration is not None and self.client is not None and self.client.connected:
+            try:
+                self.registration.deregister()
+            except ZK_ERRORS as exc:
+                log.warning("could not delete the registrations (%s); they go with the session", exc)
+
+    def _close(self) -> None:
+        if self.client is not None:
+            try:
+                close_client(self.client)
+            except Exception as exc:  # closing must not keep the process alive
+                log.warning("closing the ZooKeeper client: %s", exc)
+        self.client = None
+
