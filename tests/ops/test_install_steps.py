@@ -214,8 +214,8 @@ def test_the_install_lines_work_as_written(install):
         assert not (install.path("/opt/mpbroker/src") / ".venv").exists()
         probe = subprocess.run(
             [str(venv / "bin/python"), "-c",
-             ("import json, mpbroker, clients, spark_loader, pyspark, pyarrow; "
-              "print(json.dumps([m.__file__ for m in (mpbroker, clients, spark_loader, pyspark, pyarrow)]))")],
+             ("import json, mpbroker, mpbroker.clients as clients, mpbroker.spark_loader as spark_loader, pyspark, "
+              "pyarrow; print(json.dumps([m.__file__ for m in (mpbroker, clients, spark_loader, pyspark, pyarrow)]))")],
             cwd=root, env=install.env, capture_output=True, text=True, timeout=120)
         assert probe.returncode == 0, probe.stderr
         for module_file in json.loads(probe.stdout):
