@@ -9,11 +9,10 @@ fixed port (a restarted broker with ``port=0`` would come back on another port).
 """
 
 import itertools
-import socket
 
 import pytest
 
-from mpbroker.testing.local_zookeeper import ZooKeeperServer
+from mpbroker.testing.local_zookeeper import ZooKeeperServer, free_port
 from tests.broker.harness import BrokerProcess
 
 _chroots = itertools.count()
@@ -69,7 +68,4 @@ def broker(broker_factory):
 
 @pytest.fixture
 def fixed_port_broker(broker_factory):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    return broker_factory("fixed", port=port)
+    return broker_factory("fixed", port=free_port())

@@ -12,7 +12,8 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
+
+from tests.test_packaging import setuptools_table
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,8 +33,7 @@ def test_no_layer_imports_a_layer_above_it(tmp_path):
 
 def install_layout(target) -> None:
     """Copy every listed package's modules to where a wheel installs them."""
-    with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
-        setuptools = tomllib.load(f)["tool"]["setuptools"]
+    setuptools = setuptools_table()
     mapped = setuptools["package-dir"]
     for package in setuptools["packages"]:
         parent = max((name for name in mapped if package == name or package.startswith(name + ".")), key=len)

@@ -10,13 +10,14 @@ import tomllib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _setuptools() -> dict:
+def setuptools_table() -> dict:
+    """``[tool.setuptools]`` of pyproject.toml: ``packages`` and ``package-dir``."""
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         return tomllib.load(f)["tool"]["setuptools"]
 
 
 def test_every_package_folder_is_listed_under_the_one_top_level_name():
-    setuptools = _setuptools()
+    setuptools = setuptools_table()
     on_disk = set()
     for name, folder in setuptools["package-dir"].items():
         for directory, subdirectories, files in os.walk(os.path.join(REPO, folder)):

@@ -8,8 +8,8 @@ ships to the driver and every executor of a cluster, so that they can import the
 The zip holds the Python sources of the ``mpbroker`` package as it is installed: the
 package itself, with ``mpbroker.clients`` and ``mpbroker.spark_loader`` inside it (in a
 source tree they are the ``clients/`` and ``spark_loader/`` folders beside it, mapped
-there by pyproject.toml), taken from where this Python imports them; no bytecode (each Python compiles its own). Their third-party dependencies (kazoo,
-xxhash, crcmod, python-snappy, pyarrow: see pyproject.toml) must be installed in the
+there by pyproject.toml), taken from where this Python imports them; no bytecode (each
+Python compiles its own). Their third-party dependencies (kazoo, xxhash, crcmod, python-snappy, pyarrow: see pyproject.toml) must be installed in the
 executors' Python: several are compiled, and Python cannot import compiled modules
 from a zip. The main file ``spark-submit`` runs must be a ``.py`` file of its own (it
 does not take a module inside a zip): ``mpbroker/cli/spark_load.py``, whose path this command
@@ -48,8 +48,7 @@ def build(path: str, packages=PACKAGES) -> list:
     by_name = {}  # installed from a wheel, mpbroker/clients/ is walked twice: once is enough
     for package in packages:
         by_name.update((name, source) for source, name in package_sources(package))
-    sources = sorted((source, name) for name, source in by_name.items())
-    sources.sort(key=lambda pair: pair[1])
+    sources = [(source, name) for name, source in sorted(by_name.items())]
     temporary = f"{path}.tmp{os.getpid()}"
     try:
         with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as archive:
