@@ -6,7 +6,10 @@ RELOADING=1 with MONOTONIC_USEC= in the same datagram when a reload begins and R
 when it ended (the Type=notify-reload protocol of systemd 253+: systemd matches the
 reload to its own signal by that timestamp; plain Type=notify ignores the extra field),
 STOPPING=1 when it stops, and WATCHDOG=1 every half of ``$WATCHDOG_USEC``. An address
-starting with ``@`` is in the abstract namespace (a leading NUL byte on the wire)."""
+starting with ``@`` is in the abstract namespace (a leading NUL byte on the wire).
+
+Socket activation (sd_listen_fds): ``listen_fds`` says how many listening sockets
+systemd passed, from fd 3 on, when they are meant for this process."""
 
 import os
 import socket
@@ -46,3 +49,18 @@ def watchdog_interval_s():
     if not usec.isdigit() or int(usec) == 0 or (pid and (not pid.isdigit() or int(pid) != os.getpid())):
         return None
     return int(usec) / 2_000_000
+
+
+LISTEN_FDS_START = 3  # the first socket systemd passes
+
+
+def listen_fds() -> int:
+    """How many sockets systemd passed this process (from LISTEN_FDS_START on), 0 when
+    none; the variables are removed from this process's environment, as
+    sd_listen_fds(unset_environment=1) does, so the children do not see them."""
+    count = os.environ.get("LISTEN_FDS", "")
+    if os.environ.get("LISTEN_PID") != str(os.getpid()) or not count.isdigit() or int(count) < 1:
+        return 0
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    return int(count)

@@ -4,8 +4,9 @@ It accepts connections on the listening socket the supervisor made (so a respawn
 acceptor keeps the port and its backlog), reads frames, answers fetches and OFFSETS
 from the segment files, routes produces to the workers' rings (several requests per
 ring publish, one eventfd wake-up per publish), and sends answers back in request
-order. It takes orders from the supervisor over its control channel: a worker went
-down or came up, stop, reload.
+order. It runs on the child-process skeleton (``process.child``: signals, heartbeat,
+timers, the supervisor's messages), which hands it a worker that went down or came
+up, stop and reload.
 
 Hostile and careless clients are bounded: a connection with ``max.queued.responses``
 answers waiting to be sent is not read until its client has read half of them; one
@@ -28,6 +29,7 @@ then close and exit 0.
 """
 
 import errno
+import functools
 import logging
 import selectors
 import socket
@@ -38,9 +40,9 @@ from mpbroker.acceptor.limits import AddressCounts, address_of, overdue, sweep_i
 from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
-from mpbroker.clock import monotonic_ms
 from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
 from mpbroker.config import config_from_properties
+from mpbroker.ipc.control import Op
 from mpbroker.ipc.counters import (
     BYTES_RECEIVED,
     CONNECTIONS_ACCEPTED,
@@ -51,12 +53,11 @@ from mpbroker.ipc.counters import (
 from mpbroker.ipc.ring import Ring
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level
-from mpbroker.process import install_child_signals, term_requested
+from mpbroker.process.child import ChildProcess
 from mpbroker.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
-HEARTBEAT_MS = 500
 ACCEPTS_PER_WAKEUP = 64
 STOP_TIMEOUT_S = 10.0
 FULL_RING_RETRY_S = 0.005
@@ -64,100 +65,96 @@ ACCEPT_BACKOFF_S = 0.1  # out of file descriptors: stop accepting for this long
 PEER_GONE_ERRNOS = (errno.ECONNRESET, errno.EPIPE)  # normal client behaviour: throttled log lines
 
 
-class Acceptor:
+class Acceptor(ChildProcess):
     def __init__(self, config, listener: socket.socket, request_rings, answer_rings, tables, slots, slot: int,
                  control, incarnation: int, counters):
+        super().__init__(slots, slot, control)
         self.config = config
         self.counters = counters  # this process's row of the CounterTable
         self.listener = listener
-        self.slots = slots
-        self.slot = slot  # the acceptor's own heartbeat slot
-        self.control = control
         outbox_limit = max(config.ring_buffer_bytes * 2, 16 << 20)
         routes = [WorkerRoute(index, request_rings[index], answer_rings[index], outbox_limit)
                   for index in range(len(request_rings))]
         self.router = Router(routes, incarnation)
         self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
         self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters)
-        self.selector = selectors.DefaultSelector()
         self.connections = {}  # fd -> Connection
         self._to_send = set()
         self._accepted = 0
-        self._stopping = False
         self._stop_deadline = None
         self._addresses = AddressCounts()  # open connections per client address
         self._throttled_log = ThrottledLog(log)  # resets and refusals: bursts, not a line each
-        self._wakeup_read = -1
         self._scratch = bytearray(READ_CHUNK)  # every connection receives into it (FrameReader)
-        self._now = time.monotonic()  # when the current loop iteration began
-        self._next_beat = self._next_sweep = self._next_timer = self._now  # timers, in time.monotonic()
-        self._accept_again_at = None  # set while accepting is paused (out of file descriptors)
+        self._now = time.monotonic()  # when the current round of events began (connection clocks)
+        self._accept_paused = False  # out of file descriptors: accepting again after a back-off
 
-    # --- setup ------------------------------------------------------------------
+    # --- the process (process.child.ChildProcess) --------------------------------
 
-    def run(self) -> int:
-        self._wakeup_read = install_child_signals()
+    def start(self):
         self.counters[CONNECTIONS_OPEN] = 0  # a predecessor's connections died with it
         for route in self.router.routes:
             if self.slots.read(route.slot).state == SlotState.UP:
                 self.router.worker_up(route)
-            self.selector.register(route.answers.data_fd, selectors.EVENT_READ, ("answers", route))
-            self.selector.register(route.requests.space_fd, selectors.EVENT_READ, ("space", route))
+            self.watch(route.answers.data_fd, functools.partial(self._on_answers, route))
+            self.watch(route.requests.space_fd, functools.partial(self._on_ring_space, route))
         self.listener.setblocking(False)
-        self.selector.register(self.listener, selectors.EVENT_READ, ("listener", None))
-        self.selector.register(self.control.fileno(), selectors.EVENT_READ, ("control", None))
-        self.selector.register(self._wakeup_read, selectors.EVENT_READ, ("signal", None))
+        self.watch(self.listener, self._on_listener)
+        self.timers.once(0, self._sweep)
         log.info("accepting connections on %s:%d", *self.listener.getsockname()[:2])
-        while not self._finished():
-            if self._to_send:
-                timeout = 0
-            elif self.router.pending_outboxes:
-                timeout = FULL_RING_RETRY_S
+        return None
+
+    def control_handlers(self) -> dict:
+        return {Op.WORKER_DOWN: self._on_worker_down, Op.WORKER_UP: self._on_worker_up}
+
+    def poll_timeout(self):
+        if self._to_send:
+            return 0
+        if self.router.pending_outboxes:
+            return FULL_RING_RETRY_S
+        return None
+
+    def dispatch(self, events) -> None:
+        """Connections are most of the events: told apart here, without a call per event."""
+        self._now = time.monotonic()
+        for key, mask in events:
+            target = key.data
+            if target.__class__ is Connection:
+                if mask & selectors.EVENT_READ:
+                    self._read(target)
+                if mask & selectors.EVENT_WRITE and not target.closed:
+                    self._to_send.add(target)
             else:
-                timeout = self._next_timer - self._now
-            events = self.selector.select(timeout)
-            self._now = now = time.monotonic()
-            for key, mask in events:
-                kind, target = key.data
-                if kind == "connection":
-                    if mask & selectors.EVENT_READ:
-                        self._read(target)
-                    if mask & selectors.EVENT_WRITE and not target.closed:
-                        self._to_send.add(target)
-                elif kind == "answers":
-                    self._act_on(self.router.on_answers(target))
-                elif kind == "space":
-                    Ring.clear_notification(target.requests.space_fd)
-                elif kind == "listener":
-                    self._accept()
-                elif kind == "control":
-                    self._on_control()
-                elif kind == "signal":
-                    self._on_signal()
-            resumed = self.router.flush_outboxes()
-            if resumed:
-                self._resume(resumed)
-            self._send_ready()
-            if now >= self._next_timer:
-                self._run_timers(now)
+                target(mask)
+
+    def after_events(self) -> None:
+        resumed = self.router.flush_outboxes()
+        if resumed:
+            self._resume(resumed)
+        self._send_ready()
+
+    def finish(self) -> int:
         for connection in list(self.connections.values()):
             self._close(connection, None)
         self.files.close()
         log.info("stopped")
         return 0
 
-    def _run_timers(self, now: float) -> None:
-        """Whatever is due of the heartbeat, the sweep for overdue connections and
-        accepting again."""
-        if now >= self._next_beat:
-            self.slots.beat(self.slot, monotonic_ms())
-            self._next_beat = now + HEARTBEAT_MS / 1000
-        if now >= self._next_sweep:
-            self._close_overdue_connections()
-            self._throttled_log.flush()
-        if self._accept_again_at is not None and now >= self._accept_again_at:
-            self._resume_accepting()
-        self._next_timer = min(self._next_beat, self._next_sweep, self._accept_again_at or self._next_beat)
+    def _on_answers(self, route, _mask: int) -> None:
+        self._act_on(self.router.on_answers(route))
+
+    @staticmethod
+    def _on_ring_space(route, _mask: int) -> None:
+        Ring.clear_notification(route.requests.space_fd)
+
+    def _on_listener(self, _mask: int) -> None:
+        self._accept()
+
+    def _sweep(self, _now_ms: int) -> None:
+        """Close the overdue connections; again after ``limits.sweep_interval``."""
+        self._close_overdue_connections()
+        self._throttled_log.flush()
+        interval_s = sweep_interval(self.config.connections_max_idle_ms, self.config.request_receive_timeout_ms)
+        self.timers.once(interval_s * 1000, self._sweep)
 
     # --- connections ------------------------------------------------------------
 
@@ -194,7 +191,7 @@ class Acceptor:
             self.connections[connection.fd] = connection
             self.counters[CONNECTIONS_ACCEPTED] += 1
             self.counters[CONNECTIONS_OPEN] = len(self.connections)
-            self.selector.register(sock, selectors.EVENT_READ, ("connection", connection))
+            self.selector.register(sock, selectors.EVENT_READ, connection)
 
     def _refuse(self, sock: socket.socket, kind: str, message: str) -> None:
         self.counters[CONNECTIONS_REFUSED] += 1
@@ -203,20 +200,19 @@ class Acceptor:
 
     def _pause_accepting(self) -> None:
         self.selector.unregister(self.listener)
-        self._accept_again_at = self._now + ACCEPT_BACKOFF_S
-        self._next_timer = min(self._next_timer, self._accept_again_at)
+        self._accept_paused = True
+        self.timers.once(ACCEPT_BACKOFF_S * 1000, self._resume_accepting)
 
-    def _resume_accepting(self) -> None:
-        self._accept_again_at = None
-        if not self._stopping:
-            self.selector.register(self.listener, selectors.EVENT_READ, ("listener", None))
+    def _resume_accepting(self, _now_ms: int) -> None:
+        self._accept_paused = False
+        if not self.stopping:
+            self.watch(self.listener, self._on_listener)
 
     def _close_overdue_connections(self) -> None:
         """Close connections past connections.max.idle.ms or request.receive.timeout.ms
         (``limits.overdue`` says which), with one log line for each kind."""
         idle_ms = self.config.connections_max_idle_ms
         receive_ms = self.config.request_receive_timeout_ms
-        self._next_sweep = self._now + sweep_interval(idle_ms, receive_ms)
         idle, slow = overdue(self.connections.values(), self._now, idle_ms, receive_ms)
         slow_what = f"that took more than {receive_ms} ms to send a request (request.receive.timeout.ms)"
         for connections, what in ((idle, f"idle for more than {idle_ms} ms (connections.max.idle.ms)"),
@@ -328,19 +324,18 @@ class Acceptor:
         if connection.closed:  # e.g. resumed, then closed for a malformed frame it had sent meanwhile
             return
         events = 0
-        if not (connection.paused or connection.throttled or connection.closing or self._stopping):
+        if not (connection.paused or connection.throttled or connection.closing or self.stopping):
             events |= selectors.EVENT_READ
         if connection.wants_write:
             events |= selectors.EVENT_WRITE
-        key = ("connection", connection)
         try:
             if events:
-                self.selector.modify(connection.sock, events, key)
+                self.selector.modify(connection.sock, events, connection)
             else:
                 self.selector.unregister(connection.sock)
         except KeyError:
             if events:
-                self.selector.register(connection.sock, events, key)
+                self.selector.register(connection.sock, events, connection)
 
     def _close_failed(self, connection, what: str, exc: OSError) -> None:
         """Close after a failed receive or send: a reset or a broken pipe is the client
@@ -368,33 +363,23 @@ class Acceptor:
 
     # --- supervisor -------------------------------------------------------------
 
-    def _on_control(self) -> None:
-        for message in self.control.receive_all():
-            if message is None:
-                self._begin_stop()  # the supervisor is gone
-                continue
-            op = message["op"]
-            if op == "worker_down":
-                route = self.router.routes[message["slot"]]
-                self._act_on(self.router.worker_down(route))
-                self.control.send("worker_down_ack", slot=message["slot"], generation=message["generation"])
-            elif op == "worker_up":
-                self.router.worker_up(self.router.routes[message["slot"]])
-            elif op == "stop":
-                self._begin_stop()
-            elif op == "reload":
-                config, _ = config_from_properties(message["properties"])
-                self.config = self.handlers.config = config
-                set_level(config.log_level)
+    def _on_worker_down(self, message: dict) -> None:
+        route = self.router.routes[message["slot"]]
+        self._act_on(self.router.worker_down(route))
+        self.control.send(Op.WORKER_DOWN_ACK, slot=message["slot"], generation=message["generation"])
 
-    def _on_signal(self) -> None:
-        if term_requested(self._wakeup_read):
-            self._begin_stop()
+    def _on_worker_up(self, message: dict) -> None:
+        self.router.worker_up(self.router.routes[message["slot"]])
 
-    def _begin_stop(self) -> None:
-        if self._stopping:
+    def reload(self, properties: dict) -> None:
+        config, _ = config_from_properties(properties)
+        self.config = self.handlers.config = config
+        set_level(config.log_level)
+
+    def begin_stop(self) -> None:
+        if self.stopping:
             return
-        self._stopping = True
+        self.stopping = True
         self._stop_deadline = time.monotonic() + STOP_TIMEOUT_S
         try:
             self.selector.unregister(self.listener)
@@ -407,8 +392,8 @@ class Acceptor:
             self._to_send.add(connection)
         log.info("stopping: %d connections, %d produces in flight", len(self.connections), self.router.in_flight)
 
-    def _finished(self) -> bool:
-        if not self._stopping:
+    def finished(self) -> bool:
+        if not self.stopping:
             return False
         if time.monotonic() > self._stop_deadline:
             log.warning("stop timed out with %d produces in flight", self.router.in_flight)

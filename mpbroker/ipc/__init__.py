@@ -6,5 +6,6 @@
   the acceptor to serve fetches from segment files and by the supervisor for status;
 - ``slot_table``: the state of every worker slot (pid, generation, heartbeat);
 - ``control``: small JSON messages over socketpairs between the supervisor and its
-  children.
+  children;
+- ``shared_memory``: all of the shared memory above, made at once.
 """

@@ -1,15 +1,41 @@
 """Control messages between the supervisor and its children: one JSON object per
 datagram over an AF_UNIX SOCK_SEQPACKET socketpair made before fork.
 
-Messages are small and rare (ready, worker down/up, stop, reload, status); the
-sender never blocks on a full socket for long, and a peer that went away reads as
-``None``.
+Messages are small and rare; the sender never blocks on a full socket for long, and
+a peer that went away reads as ``None``. Every message's name is an ``Op``, defined
+here once; which side sends which, and with what fields:
+
+supervisor -> child
+    ``stop``; ``reload`` (``properties``: the settings now in force, every key);
+    to the acceptor ``worker_down`` (``slot``, ``generation``: fail what is in flight
+    to that worker) and ``worker_up`` (``slot``); to the registrar ``register`` (the
+    acceptor serves: write the broker's nodes).
+child -> supervisor
+    ``ready`` (a worker adds ``slot`` and ``partitions``, the metrics exporter
+    ``port``); the acceptor's ``worker_down_ack`` (``slot``, ``generation``); the
+    registrar's ``checked`` (``zookeeper``: whether ZooKeeper answered the broker-id
+    check) and ``zk_state`` (its connection and registration, for the status).
 """
 
+import enum
 import json
 import socket
 
 MAX_MESSAGE_BYTES = 1 << 20
+
+
+class Op(enum.StrEnum):
+    """The name of a control message (its ``"op"`` field on the wire)."""
+
+    STOP = "stop"
+    RELOAD = "reload"
+    WORKER_DOWN = "worker_down"
+    WORKER_UP = "worker_up"
+    REGISTER = "register"
+    READY = "ready"
+    WORKER_DOWN_ACK = "worker_down_ack"
+    CHECKED = "checked"
+    ZK_STATE = "zk_state"
 
 
 class ControlChannel:
@@ -27,7 +53,7 @@ class ControlChannel:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, op: str, **fields) -> bool:
+    def send(self, op: Op, **fields) -> bool:
         """Send one message; False if the peer is gone."""
         try:
             self.sock.send(json.dumps({"op": op, **fields}).encode())

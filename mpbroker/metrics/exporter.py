@@ -8,60 +8,50 @@ prometheus_client's handler on ``http_server.BoundedHTTPServer`` over that socke
 fixed number of threads, however many connections are open), with a registry that
 holds only ``BrokerCollector``: every scrape reads the shared memory afresh, so nothing
 here keeps state a crash could lose. Its own threads are fine: this process never
-forks. The main thread beats in the slot table, takes the log level from a reload and
-waits for ``stop`` (or TERM) from the supervisor; it exits (to be respawned) if the
-server's dispatcher thread ended.
+forks. The main thread runs the child-process skeleton (``process.child``: heartbeat,
+the log level from a reload, ``stop`` or TERM from the supervisor) and exits (to be
+respawned) if the server's dispatcher thread ended.
 """
 
 import logging
-import select
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import MetricsHandler
 
-from mpbroker.clock import monotonic_ms
-from mpbroker.logging_setup import set_level
 from mpbroker.metrics.collector import BrokerCollector
 from mpbroker.metrics.http_server import BoundedHTTPServer
-from mpbroker.process import install_child_signals, term_requested
+from mpbroker.process.child import ChildProcess
 
 log = logging.getLogger(__name__)
 
-BEAT_S = 0.5
+CHECK_MS = 500
 
 
-class MetricsExporter:
+class MetricsExporter(ChildProcess):
     def __init__(self, collector: BrokerCollector, listener, slots, slot: int, channel):
+        super().__init__(slots, slot, channel)
         self.listener = listener
-        self.slots = slots
-        self.slot = slot
-        self.channel = channel
         registry = CollectorRegistry(auto_describe=False)
         registry.register(collector)
         self.handler = type("BrokerMetricsHandler", (MetricsHandler,), {"registry": registry})
+        self.server = None
 
-    def run(self) -> int:
-        wakeup = install_child_signals()
-        server = BoundedHTTPServer(self.listener, self.handler)
-        server.start()
-        host, port = self.listener.getsockname()[:2]
-        log.info("serving metrics on http://%s:%d/metrics", host, port)
-        self.channel.send("ready", port=port)
-        stopping = False
-        while not stopping:
-            if not server.alive:
-                log.error("the HTTP server's dispatcher thread ended; exiting to be respawned")
-                return 1
-            readable, _, _ = select.select([self.channel.fileno(), wakeup], [], [], BEAT_S)
-            if wakeup in readable and term_requested(wakeup):
-                stopping = True
-            if self.channel.fileno() in readable:
-                for message in self.channel.receive_all():
-                    if message is None or message.get("op") == "stop":
-                        stopping = True  # asked to, or the supervisor is gone
-                    elif message.get("op") == "reload":
-                        set_level(message["properties"]["log.level"])
-            self.slots.beat(self.slot, monotonic_ms())
-        server.stop()
+    def start(self):
+        self.server = BoundedHTTPServer(self.listener, self.handler)
+        self.server.start()
+        log.info("serving metrics on http://%s:%d/metrics", *self.listener.getsockname()[:2])
+        self.timers.every(CHECK_MS, self._check_server)
+        return None
+
+    def ready_fields(self) -> dict:
+        return {"port": self.listener.getsockname()[1]}
+
+    def _check_server(self, _now_ms: int) -> None:
+        if not self.server.alive and not self.stopping:
+            log.error("the HTTP server's dispatcher thread ended; exiting to be respawned")
+            self.exit_with(1)
+
+    def finish(self) -> int:
+        self.server.stop()
         log.info("stopped")
-        return 0
+        return self.exit_code

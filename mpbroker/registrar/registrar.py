@@ -26,14 +26,12 @@ supervisor waits for (at most zk.connectiontimeout.ms) before it tells systemd R
 """
 
 import logging
-import select
 import time
 
 from kazoo.protocol.states import KazooState
 
-from mpbroker.clock import monotonic_ms
-from mpbroker.logging_setup import set_level
-from mpbroker.process import install_child_signals, term_requested
+from mpbroker.ipc.control import Op
+from mpbroker.process.child import ChildProcess
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
 from mpbroker.registry import layout
@@ -48,7 +46,7 @@ from mpbroker.registry.zk_client import (
 
 log = logging.getLogger(__name__)
 
-LOOP_S = 0.25
+STEP_MS = 250
 TOPIC_SCAN_S = 1.0
 VERIFY_S = 30.0
 CHROOT_TIMEOUT_S = 1.0
@@ -56,12 +54,11 @@ WARN_EVERY_S = 30.0
 MIN_REPLACE_AFTER_S = 5.0
 
 
-class Registrar:
+class Registrar(ChildProcess):
     def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str):
+        super().__init__(slots, slot, channel)
         self.config = config
         self.tables = tables
-        self.slots = slots
-        self.slot = slot
         self.channel = channel
         self.info = layout.BrokerInfo(config.brokerid, creator, layout.hostname_for_registration(config.hostname),
                                       port)
@@ -69,7 +66,7 @@ class Registrar:
         self.registration = None
         self.checked = False
         self.serving = False  # the supervisor said "register"
-        self.stopping = False
+        self.conflict = False  # the broker id belongs to another live broker
         self._started = time.monotonic()
         self._reported = None
         self._next_scan = 0.0
@@ -78,44 +75,31 @@ class Registrar:
         self._zk_state = "connecting"
         self._away_since = None  # monotonic time the client was first seen disconnected
 
-    # --- the loop ---------------------------------------------------------------
+    # --- the process (process.child.ChildProcess) --------------------------------
 
-    def run(self) -> int:
-        wakeup = install_child_signals()
+    def start(self):
         logging.getLogger("kazoo").setLevel(logging.ERROR)  # our own lines say what happens
-        self.channel.send("ready")
-        try:
-            while not self.stopping:
-                readable, _, _ = select.select([self.channel.fileno(), wakeup], [], [], LOOP_S)
-                if wakeup in readable and term_requested(wakeup):
-                    self.stopping = True
-                if self.channel.fileno() in readable:
-                    self._on_messages()
-                self.slots.beat(self.slot, monotonic_ms())
-                if not self.stopping:
-                    self._step()
-        except BrokerIdConflict as exc:
-            log.critical("%s", exc)
-            self._close()
-            return EXIT_ID_CONFLICT
-        self._deregister()
+        self.timers.every(STEP_MS, self._step)
+        return None
+
+    def control_handlers(self) -> dict:
+        return {Op.REGISTER: self._on_register}
+
+    def _on_register(self, _message: dict) -> None:
+        self.serving = True
+        self._next_scan = 0.0
+        self._step()
+
+    def finish(self) -> int:
+        if not self.conflict:
+            self._deregister()
         self._close()
         log.info("stopped")
-        return 0
+        return self.exit_code
 
-    def _on_messages(self) -> None:
-        for message in self.channel.receive_all():
-            if message is None:
-                self.stopping = True  # the supervisor is gone
-            elif message["op"] == "register":
-                self.serving = True
-                self._next_scan = 0.0
-            elif message["op"] == "stop":
-                self.stopping = True
-            elif message["op"] == "reload":
-                set_level(message["properties"]["log.level"])
-
-    def _step(self) -> None:
+    def _step(self, _now_ms: int = 0) -> None:
+        if self.stopping:
+            return
         try:
             if self.client is None:
                 self._connect()
@@ -128,11 +112,16 @@ class Registrar:
             if not self.checked:
                 self.registration.check_id(self.config.zk_sessiontimeout_ms * 1.5 / 1000 + 1)
                 self.checked = True
-                self.channel.send("checked", zookeeper=True)
+                self.channel.send(Op.CHECKED, zookeeper=True)
             if self.serving:
                 self._register()
         except (ZooKeeperUnavailable, *TRANSIENT) as exc:
             self._report_unreachable(exc)
+        except BrokerIdConflict as exc:
+            log.critical("%s", exc)
+            self.conflict = True
+            self.exit_with(EXIT_ID_CONFLICT)
+            return
         except ZK_ERRORS as exc:  # the other ZooKeeper errors
             self._warn(f"ZooKeeper call failed: {exc!r}; retrying")
         self._report()
@@ -194,7 +183,7 @@ class Registrar:
             self.checked = None  # told the supervisor; the id is still checked on connecting
             log.error("ZooKeeper at %s did not answer within %d ms; serving without it and retrying",
                       self.config.zk_connect, self.config.zk_connectiontimeout_ms)
-            self.channel.send("checked", zookeeper=False)
+            self.channel.send(Op.CHECKED, zookeeper=False)
         if exc is not None:
             self._warn(f"ZooKeeper unreachable ({exc.__class__.__name__}: {exc}); retrying")
 
@@ -217,7 +206,7 @@ class Registrar:
         }
         if state != self._reported:
             self._reported = state
-            self.channel.send("zk_state", **state)
+            self.channel.send(Op.ZK_STATE, **state)
 
     # --- stop -------------------------------------------------------------------
 

@@ -18,12 +18,12 @@ Exit codes: 0 after a graceful stop (every log flushed and closed), 3 when a flu
 failed (the data's durability is in doubt: the supervisor respawns the worker, which
 recovers from what is on disk), 4 when a partition log cannot be opened (a damaged
 directory recovery must not guess about: the message names it), 1 for anything
-unexpected.
+unexpected. Signals, the heartbeat, the timers and the supervisor's messages are the
+child-process skeleton's (``process.child``).
 """
 
 import collections
 import logging
-import selectors
 import time
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
@@ -32,7 +32,7 @@ from mpbroker.config import config_from_properties
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
 from mpbroker.ownership import owner_slot
-from mpbroker.process import install_child_signals, term_requested
+from mpbroker.process.child import ChildProcess
 from mpbroker.segments import LogManager
 from mpbroker.segments.log import FlushPostponedError, LogRemovedError
 from mpbroker.segments.recovery_points import (
@@ -54,28 +54,16 @@ EXIT_GRACEFUL = 0
 EXIT_CRASH = 1
 EXIT_FLUSH_FAILED = 3
 EXIT_LOG_REFUSED = 4
-HEARTBEAT_MS = 500
 FULL_RING_RETRY_S = 0.005  # re-try a full answer ring this often (a missed space wake-up costs no more)
 
 
-class _Timer:
-    __slots__ = ("interval_ms", "due_ms", "action")
-
-    def __init__(self, interval_ms: int, action, now_ms: int):
-        self.interval_ms = interval_ms
-        self.due_ms = now_ms + interval_ms
-        self.action = action
-
-
-class PartitionWorker:
+class PartitionWorker(ChildProcess):
     def __init__(self, slot: int, config, requests: Ring, answers: Ring, table, slots, control, counters, *,
                  recover: bool):
-        self.slot = slot
+        super().__init__(slots, slot, control)
         self.config = config
         self.requests = requests
         self.answers = answers
-        self.slots = slots
-        self.control = control
         self.recover = recover
         num_workers = config.num_workers
         self.logs = LogManager(config.log_dir, config.log_config_for,
@@ -90,10 +78,7 @@ class PartitionWorker:
         self.flusher = Flusher(counters)
         self._outbox = collections.deque()
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer)
-        self._stopping = False
-        self._exit_code = EXIT_GRACEFUL
-        self._wakeup_read = -1
-        self._timers = []
+        self._timers = []  # the ones the configuration sets (a reload restarts them)
 
     # --- setup ------------------------------------------------------------------
 
@@ -148,69 +133,54 @@ class PartitionWorker:
         self._checkpointed = points
 
     def _make_timers(self, now: int) -> None:
+        for timer in self._timers:
+            self.timers.cancel(timer)
         config = self.config
         self._timers = [
-            _Timer(config.log_default_flush_scheduler_interval_ms, self._flush_due_logs, now),
-            _Timer(config.log_cleanup_interval_mins * 60_000, self._apply_retention, now),
-            _Timer(HEARTBEAT_MS, self._beat, now),
-            _Timer(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint, now),
+            self.timers.every(config.log_default_flush_scheduler_interval_ms, self._flush_due_logs, now),
+            self.timers.every(config.log_cleanup_interval_mins * 60_000, self._apply_retention, now),
+            self.timers.every(config.log_flush_offset_checkpoint_interval_ms, self._checkpoint, now),
         ]
 
-    # --- the loop ---------------------------------------------------------------
+    # --- the process (process.child.ChildProcess) --------------------------------
 
-    def run(self) -> int:
-        self._wakeup_read = install_child_signals()
+    def start(self):
         self.requests.attach_reader(discard=True)
         self.answers.attach_writer()
-        self._beat(monotonic_ms())
         try:
             self._open_logs()
         except (LogCorruptError, StorageError) as exc:
             log.critical("cannot open the partition logs: %s", exc)
             return EXIT_LOG_REFUSED
         self._make_timers(monotonic_ms())
-        self.control.send("ready", slot=self.slot, partitions=len(self.logs))
-        selector = selectors.DefaultSelector()
-        selector.register(self.requests.data_fd, selectors.EVENT_READ, self._on_requests)
-        selector.register(self.answers.space_fd, selectors.EVENT_READ, self._on_answer_space)
-        selector.register(self.flusher.done_fd, selectors.EVENT_READ, self._on_flushed)
-        selector.register(self.control.fileno(), selectors.EVENT_READ, self._on_control)
-        selector.register(self._wakeup_read, selectors.EVENT_READ, self._on_signal)
-        try:
-            while not self._stopping:
-                for key, _ in selector.select(self._select_timeout()):
-                    key.data()
-                self._run_timers()
-                self._send_answers()
-            if self._exit_code == EXIT_FLUSH_FAILED:
-                # No second flush and no more acks: after a failed fsync the page cache may
-                # call dirty data clean, so a retry could "succeed" for data that is not on
-                # disk. Exit; the respawned worker recovers from what really is on disk and
-                # the acceptor fails the flush acks still waiting (error 7).
-                log.critical("stopping without a final flush after a failed fdatasync")
-            else:
-                self._stop_gracefully()
-        finally:
-            selector.close()
-        return self._exit_code
+        self.watch(self.requests.data_fd, self._on_requests)
+        self.watch(self.answers.space_fd, self._on_answer_space)
+        self.watch(self.flusher.done_fd, self._on_flushed)
+        return None
 
-    def _select_timeout(self) -> float:
-        if self._outbox:
-            return FULL_RING_RETRY_S
-        now = monotonic_ms()
-        return max(0.0, min(timer.due_ms for timer in self._timers) - now) / 1000
+    def ready_fields(self) -> dict:
+        return {"slot": self.slot, "partitions": len(self.logs)}
 
-    def _run_timers(self) -> None:
-        """Due timers, on the monotonic clock: a step of the date neither holds nor hurries them."""
-        now = monotonic_ms()
-        for timer in self._timers:
-            if now >= timer.due_ms:
-                timer.due_ms = now + timer.interval_ms
-                timer.action(now)
+    def poll_timeout(self):
+        return FULL_RING_RETRY_S if self._outbox else None
+
+    def after_events(self) -> None:
+        self._send_answers()
+
+    def finish(self) -> int:
+        if self.exit_code == EXIT_FLUSH_FAILED:
+            # No second flush and no more acks: after a failed fsync the page cache may
+            # call dirty data clean, so a retry could "succeed" for data that is not on
+            # disk. Exit; the respawned worker recovers from what really is on disk and
+            # the acceptor fails the flush acks still waiting (error 7).
+            log.critical("stopping without a final flush after a failed fdatasync")
+        else:
+            self._stop_gracefully()
+        return self.exit_code
 
     # --- events -----------------------------------------------------------------
 
-    def _on_requests(self) -> None:
+    def _on_requests(self, _mask: int) -> None:
         Ring.clear_notification(self.requests.data_fd)
         self._drain_requests()
 
@@ -224,10 +194,10 @@ class PartitionWorker:
             del records
             self.requests.release()
 
-    def _on_answer_space(self) -> None:
+    def _on_answer_space(self, _mask: int) -> None:
         Ring.clear_notification(self.answers.space_fd)
 
-    def _on_flushed(self) -> None:
+    def _on_flushed(self, _mask: int) -> None:
         now = wall_clock_ms()  # the date of the last flush, for the metrics
         for partition_log, error in self.flusher.collect():
             if isinstance(error, LogRemovedError):
@@ -241,8 +211,7 @@ class PartitionWorker:
                 continue
             if error is not None:
                 log.critical("%s; exiting so that recovery checks the log", error)
-                self._exit_code = EXIT_FLUSH_FAILED
-                self._stopping = True
+                self.exit_with(EXIT_FLUSH_FAILED)
                 continue
             if self._postponed:
                 self._postponed.discard(partition_log)
@@ -259,19 +228,6 @@ class PartitionWorker:
             else:
                 self._checkpoint_failures.event("checkpoint", logging.ERROR, f"writing the recovery points to "
                                                                f"{self._checkpoint_path} failed: {error}")
-
-    def _on_control(self) -> None:
-        for message in self.control.receive_all():
-            if message is None:  # the supervisor is gone: stop (die_with_parent also kills us)
-                self._stopping = True
-            elif message["op"] == "stop":
-                self._stopping = True
-            elif message["op"] == "reload":
-                self._reload(message["properties"])
-
-    def _on_signal(self) -> None:
-        if term_requested(self._wakeup_read):
-            self._stopping = True
 
     # --- duties -----------------------------------------------------------------
 
@@ -314,10 +270,7 @@ class PartitionWorker:
             if partition_log.apply_retention(now):
                 self.publisher.publish(partition_log)
 
-    def _beat(self, now: int) -> None:
-        self.slots.beat(self.slot, now)
-
-    def _reload(self, properties: dict) -> None:
+    def reload(self, properties: dict) -> None:
         config, _ = config_from_properties(properties)
         self.config = config
         self.handler.config = config
@@ -339,7 +292,7 @@ class PartitionWorker:
         for partition_log, error in self.flusher.wait_idle():
             if error is not None:
                 log.critical("%s; stopping without a final flush", error)
-                self._exit_code = EXIT_FLUSH_FAILED
+                self.exit_code = EXIT_FLUSH_FAILED
                 return
             self.handler.flushed(partition_log)
         for partition_log in list(self.logs.logs()):
@@ -349,7 +302,7 @@ class PartitionWorker:
                 partition_log.flush()
             except Exception as exc:
                 log.critical("final flush of %s failed: %s", partition_log.directory, exc)
-                self._exit_code = EXIT_FLUSH_FAILED
+                self.exit_code = EXIT_FLUSH_FAILED
                 continue
             self.publisher.flushed(partition_log, wall_clock_ms())
             self.handler.flushed(partition_log)
@@ -363,5 +316,5 @@ class PartitionWorker:
             self.logs.close()
         except Exception as exc:
             log.critical("closing logs failed: %s", exc)
-            self._exit_code = EXIT_FLUSH_FAILED
+            self.exit_code = EXIT_FLUSH_FAILED
         log.info("stopped: %d partition logs flushed and closed", len(self.publisher))

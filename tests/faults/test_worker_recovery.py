@@ -15,8 +15,8 @@ from mpbroker.codec import requests as rq
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec.message import encode_message_set
 from mpbroker.ipc import partition_table as pt
+from mpbroker.ipc.shared_memory import PARTITIONS_PER_WORKER
 from mpbroker.segments.recovery_points import read_checkpoint
-from mpbroker.supervisor import PARTITIONS_PER_WORKER
 from tests.broker.harness import wait_dead
 from tests.broker.wire import WireClient
 from tests.polling import wait_for

@@ -1,5 +1,6 @@
-"""Small helpers a forked child runs first: die with the parent, a clean signal
-state, its own signal handling, a process name that ``ps`` and ``top`` show."""
+"""What a freshly forked child does first, before its own code runs: die with the
+parent, forget the supervisor's signal setup, take a process name that ``ps`` and
+``top`` show. ``prctl`` through ctypes: the standard library has no binding for it."""
 
 import ctypes
 import ctypes.util
@@ -32,26 +33,3 @@ def reset_signals() -> None:
                 signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
-
-
-def install_child_signals() -> int:
-    """The signal handling of a broker child: TERM asks for a graceful stop through the
-    returned wake-up fd (the event loop reads it with ``term_requested``); INT and QUIT
-    exit at once; HUP is ignored (the supervisor hands reloads out itself), so is PIPE."""
-    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
-    signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(0))
-    signal.signal(signal.SIGQUIT, lambda signum, frame: os._exit(0))
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    return read_fd
-
-
-def term_requested(wakeup_fd: int) -> bool:
-    """Drain the wake-up fd; True if a TERM arrived."""
-    try:
-        signals = os.read(wakeup_fd, 512)
-    except BlockingIOError:
-        return False
-    return signal.SIGTERM in signals

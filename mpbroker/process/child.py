@@ -1,0 +1,172 @@
+"""The skeleton every child of the supervisor runs on: the acceptor, the partition
+workers, the registrar and the metrics exporter are subclasses of ``ChildProcess``.
+
+What it gives each of them, the same way:
+- **Signals.** TERM asks for a graceful stop (``begin_stop``), delivered through a
+  wake-up fd the event loop watches, so no handler runs in the middle of the loop's
+  work; INT and QUIT exit at once (the supervisor's fast stop); HUP and PIPE are
+  ignored (the supervisor hands reloads out itself; a closed socket shows as EPIPE).
+- **The control channel** from the supervisor (``ipc.control``): ``stop`` and a channel
+  that closed (the supervisor is gone; ``die_with_parent`` kills us too) begin the
+  stop; ``reload`` calls ``reload``; any other message goes to the handler the
+  subclass names for it in ``control_handlers``.
+- **The heartbeat** in the shared slot table every HEARTBEAT_MS, which the supervisor
+  reads to kill a child that hangs; and **timers** (``timers``), all on the monotonic
+  clock.
+- **The event loop**: one selector; each registration's data is the callable that
+  handles it (``watch``), called with the event mask. ``ready`` goes to the
+  supervisor once ``start`` has opened what the child serves.
+
+A subclass fills in ``start`` (open, register its fds and timers; an exit code ends
+the process before it is ready), and where it needs to ``after_events`` (work after
+each round of events), ``poll_timeout`` (a shorter sleep while work waits),
+``begin_stop``/``finished`` (a stop that drains before the loop ends), ``finish``
+(what the stop does after the loop; returns the exit code) and ``dispatch`` (a hot
+loop that tells its most frequent events apart itself).
+"""
+
+import logging
+import os
+import selectors
+import signal
+
+from mpbroker.clock import monotonic_ms
+from mpbroker.ipc.control import ControlChannel, Op
+from mpbroker.logging_setup import set_level
+from mpbroker.process.timers import Timers
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_MS = 500
+
+
+class ChildProcess:
+    def __init__(self, slots, slot: int, control: ControlChannel):
+        self.slots = slots  # the shared SlotTable (heartbeats)
+        self.slot = slot  # this process's row in it
+        self.control = control
+        self.timers = Timers()
+        self.selector = None
+        self.stopping = False
+        self.exit_code = 0
+        self._wakeup_fd = -1
+        self._handlers = {}
+
+    # --- for subclasses ---------------------------------------------------------
+
+    def start(self):
+        """Open what the process serves and ``watch`` its fds; None when ready to serve,
+        else the exit code to end with (``ready`` is not sent)."""
+        return None
+
+    def ready_fields(self) -> dict:
+        """Fields of the ``ready`` message."""
+        return {}
+
+    def control_handlers(self) -> dict:
+        """``Op -> callable(message)`` for the control messages beyond stop and reload."""
+        return {}
+
+    def reload(self, properties: dict) -> None:
+        """The settings now in force (``properties``, every key); by default the log level."""
+        set_level(properties["log.level"])
+
+    def begin_stop(self) -> None:
+        self.stopping = True
+
+    def finished(self) -> bool:
+        return self.stopping
+
+    def poll_timeout(self):
+        """A cap on the next sleep, in seconds (None: the timers decide)."""
+        return None
+
+    def after_events(self) -> None:
+        """Runs after each round of events and due timers."""
+
+    def finish(self) -> int:
+        """Runs after the loop ended; returns the exit code."""
+        return self.exit_code
+
+    def dispatch(self, events) -> None:
+        for key, mask in events:
+            key.data(mask)
+
+    # --- the skeleton ------------------------------------------------------------
+
+    def watch(self, fileobj, handler, events: int = selectors.EVENT_READ) -> None:
+        """Call ``handler(mask)`` when ``fileobj`` is ready."""
+        self.selector.register(fileobj, events, handler)
+
+    def exit_with(self, code: int) -> None:
+        """End the loop with this exit code (the stop runs as for any other stop)."""
+        self.exit_code = code
+        self.begin_stop()
+
+    def run(self) -> int:
+        self._wakeup_fd = _install_signals()
+        self.selector = selectors.DefaultSelector()
+        try:
+            self.watch(self._wakeup_fd, self._on_signals)
+            self.watch(self.control.fileno(), self._on_control)
+            self._beat(monotonic_ms())
+            self.timers.every(HEARTBEAT_MS, self._beat)
+            code = self.start()
+            if code is not None:
+                return code
+            self._handlers = self.control_handlers()
+            self.control.send(Op.READY, **self.ready_fields())
+            self._loop()
+            return self.finish()
+        finally:
+            self.selector.close()
+
+    def _loop(self) -> None:
+        timers, select = self.timers, self.selector.select
+        while not self.finished():
+            now = monotonic_ms()
+            timeout = timers.seconds_until_next(now)
+            cap = self.poll_timeout()
+            if cap is not None and cap < timeout:
+                timeout = cap
+            self.dispatch(select(timeout))
+            timers.run(monotonic_ms())
+            self.after_events()
+
+    def _beat(self, now_ms: int) -> None:
+        self.slots.beat(self.slot, now_ms)
+
+    def _on_signals(self, _mask: int) -> None:
+        try:
+            signals = os.read(self._wakeup_fd, 512)
+        except BlockingIOError:
+            return
+        if signal.SIGTERM in signals:
+            self.begin_stop()
+
+    def _on_control(self, _mask: int) -> None:
+        for message in self.control.receive_all():
+            if message is None:  # the supervisor is gone
+                self.begin_stop()
+                continue
+            op = message["op"]
+            if op == Op.STOP:
+                self.begin_stop()
+            elif op == Op.RELOAD:
+                self.reload(message["properties"])
+            elif op in self._handlers:
+                self._handlers[op](message)
+            else:
+                log.warning("ignoring an unknown control message %r", op)
+
+
+def _install_signals() -> int:
+    """TERM through a wake-up fd (returned); INT and QUIT exit at once; HUP and PIPE ignored."""
+    read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    signal.signal(signal.SIGINT, lambda signum, frame: os._exit(0))
+    signal.signal(signal.SIGQUIT, lambda signum, frame: os._exit(0))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    return read_fd
