@@ -58,7 +58,8 @@ import time
 from mpbroker import descriptor_budget, systemd
 from mpbroker.acceptor.acceptor import Acceptor
 from mpbroker.clock import monotonic_ms, wall_clock_ms
-from mpbroker.config import ConfigError, load_config
+from mpbroker.config.broker_config import load_config
+from mpbroker.config.errors import ConfigError
 from mpbroker.control_server import ControlServer
 from mpbroker.ipc.control import ControlChannel
 from mpbroker.ipc.counters import CounterTable

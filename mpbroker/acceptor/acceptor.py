@@ -40,7 +40,7 @@ from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
 from mpbroker.clock import monotonic_ms
 from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
-from mpbroker.config import config_from_properties
+from mpbroker.config.broker_config import config_from_properties
 from mpbroker.ipc.counters import (
     BYTES_RECEIVED,
     CONNECTIONS_ACCEPTED,
