@@ -12,5 +12,6 @@
 - ``spark_load``: ``mpbroker-spark-load``.
 
 Each parses its arguments, calls the layers below, and turns their errors into messages
-and exit codes; nothing below imports a command.
+and exit codes (``failure.fail``: the one line on standard error and the code); nothing
+below imports a command.
 """

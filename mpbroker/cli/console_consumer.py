@@ -67,6 +67,7 @@ import sys
 from mpbroker.cli.console_consumer_args import EXIT_USAGE, PROG, check_arguments, parser
 from mpbroker.cli.console_consumer_brokers import consume_from_brokers
 from mpbroker.cli.console_consumer_group import consume_as_group
+from mpbroker.cli.failure import fail
 from mpbroker.clients.core.brokers import parse_broker_list
 from mpbroker.codec.errors import InvalidTopicError
 
@@ -78,8 +79,7 @@ def main(argv=None, stdout=None) -> int:
         check_arguments(args)
         brokers = None if args.zookeeper is not None else parse_broker_list(args.broker_list)
     except (ValueError, InvalidTopicError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     if args.zookeeper is not None:
         return consume_as_group(args, out)
     return consume_from_brokers(args, brokers, out)

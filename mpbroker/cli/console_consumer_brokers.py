@@ -14,6 +14,7 @@ import time
 
 from mpbroker.cli.console_consumer_args import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, PROG
 from mpbroker.cli.console_consumer_output import message_prefix
+from mpbroker.cli.failure import fail
 from mpbroker.clients.consumer.offset_times import start_offset_for_time
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.envelope import EnvelopeError
@@ -92,21 +93,16 @@ def consume_from_brokers(args, brokers, out) -> int:
                     raise UnknownTopicError([args.topic], f"no partition has a log on {where}",
                                             hint="--wait-for-topic waits for it")
         except (ValueError, OffsetOutOfRangeError) as exc:  # UnknownTopicError is a ValueError
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail(PROG, exc, EXIT_USAGE)
         return _consume(plan, args, out)
     except BrokerUnavailableError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, exc, EXIT_UNREACHABLE)
     except NotAMessageBoundaryError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     except MessageSizeTooLargeError as exc:
-        print(f"{PROG}: {exc}; a larger --max-fetch-size reads it", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, f"{exc}; a larger --max-fetch-size reads it", EXIT_FAILED)
     except (MPBrokerError, EnvelopeError, ClientError) as exc:  # ClientError: e.g. an unknown error code
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, exc, EXIT_FAILED)
     except BrokenPipeError:
         return EXIT_OK
     finally:

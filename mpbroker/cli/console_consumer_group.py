@@ -26,6 +26,7 @@ from mpbroker.cli.console_consumer_args import (
     ZK_TIMEOUT_MS,
 )
 from mpbroker.cli.console_consumer_output import message_prefix
+from mpbroker.cli.failure import fail
 from mpbroker.clients.core.envelope import EnvelopeError
 from mpbroker.clients.core.unknown_topics import UnknownTopicError
 from mpbroker.clients.core.zk_registry import read_topics
@@ -69,8 +70,7 @@ def consume_as_group(args, out) -> int:
         elif args.blacklist is not None:
             topic_filter = Blacklist(args.blacklist)
     except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format=f"{PROG}: %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # its retries say nothing our messages do not
@@ -84,14 +84,11 @@ def consume_as_group(args, out) -> int:
                 settings = _group_settings(args, group)
             connector = ConsumerConnector(settings)
         except UnknownTopicError as exc:
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+            return fail(PROG, exc, EXIT_USAGE)
         except ZooKeeperUnavailable as exc:
-            print(f"{PROG}: ZooKeeper unreachable: {exc}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+            return fail(PROG, f"ZooKeeper unreachable: {exc}", EXIT_UNREACHABLE)
         except ZK_ERRORS as exc:
-            print(f"{PROG}: ZooKeeper failed: {exc!r}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+            return fail(PROG, f"ZooKeeper failed: {exc!r}", EXIT_UNREACHABLE)
         try:
             if args.max_messages == 0 or stop.is_set():
                 return EXIT_OK
@@ -105,11 +102,9 @@ def consume_as_group(args, out) -> int:
                 print(f"{PROG}: {topic}-{node} stopped at offset {offset}: {why}", file=sys.stderr)
             return EXIT_FAILED if unreadable and code == EXIT_OK else code
         except ZK_ERRORS as exc:
-            print(f"{PROG}: ZooKeeper failed: {exc!r}", file=sys.stderr)
-            return EXIT_UNREACHABLE
+            return fail(PROG, f"ZooKeeper failed: {exc!r}", EXIT_UNREACHABLE)
         except (MPBrokerError, EnvelopeError) as exc:
-            print(f"{PROG}: {exc}", file=sys.stderr)
-            return EXIT_FAILED
+            return fail(PROG, exc, EXIT_FAILED)
         finally:
             connector.shutdown()  # commits the offsets of everything printed, leaves the group
             if generated:
