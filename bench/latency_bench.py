@@ -26,7 +26,7 @@ from bench.latency.paced_producer import start_paced_producer
 from bench.latency.percentiles import summary_ms
 from bench.latency.timestamped import sent_at_ns
 from mpbroker.clients import SimpleConsumer
-from mpbroker.config import KEYS
+from mpbroker.config.keys import KEYS
 
 TOPIC = "latency"
 FLUSH_1_MS = {"log.default.flush.interval.ms": 1, "log.default.flush.scheduler.interval.ms": 1}

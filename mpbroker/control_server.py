@@ -37,7 +37,7 @@ import selectors
 import socket
 import time
 
-from mpbroker.config import group_id
+from mpbroker.config.values import group_id
 
 log = logging.getLogger(__name__)
 

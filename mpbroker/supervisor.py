@@ -42,7 +42,7 @@ import time
 
 from mpbroker import systemd
 from mpbroker.clock import monotonic_ms
-from mpbroker.config import ConfigError
+from mpbroker.config.errors import ConfigError
 from mpbroker.control_server import ControlServer
 from mpbroker.ipc.control import Op
 from mpbroker.ipc.shared_memory import SharedMemory

@@ -41,7 +41,7 @@ from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
 from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
-from mpbroker.config import config_from_properties
+from mpbroker.config.broker_config import config_from_properties
 from mpbroker.ipc.control import Op
 from mpbroker.ipc.counters import (
     BYTES_RECEIVED,

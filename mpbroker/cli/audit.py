@@ -44,6 +44,7 @@ import logging
 import sys
 import time
 
+from mpbroker.cli.failure import fail
 from mpbroker.clients.audit.cluster_reader import BROKER_TIMEOUT_MS, ZK_TIMEOUT_MS, ClusterReader
 from mpbroker.clients.audit.ledger import OPEN, AuditLedger
 from mpbroker.clients.core.audit_events import (
@@ -293,8 +294,7 @@ def main(argv=None) -> int:
     try:
         durations = _check(args)
     except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=f"{PROG}: %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # connection errors are reported below
     try:
@@ -303,14 +303,11 @@ def main(argv=None) -> int:
                        zk_timeout_ms=args.zk_timeout_ms, broker_timeout_ms=args.broker_timeout_ms,
                        allow_missing_topics=args.allow_missing_topics)
     except (UnknownTopicError, AuditWindowError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     except ZooKeeperUnavailable as exc:
-        print(f"{PROG}: ZooKeeper unreachable: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, f"ZooKeeper unreachable: {exc}", EXIT_UNREACHABLE)
     except ZK_ERRORS as exc:
-        print(f"{PROG}: lost ZooKeeper while reading: {exc!r}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, f"lost ZooKeeper while reading: {exc!r}", EXIT_UNREACHABLE)
     try:
         print(json.dumps(result, indent=2) if args.json else format_report(result), flush=True)
     except BrokenPipeError:

@@ -34,7 +34,8 @@ def main(argv=None) -> int:
 
 def serve(config_path: str, overrides=()) -> int:
     """Load the configuration, run the supervisor until it stops; the exit code."""
-    from mpbroker.config import ConfigError, load_config
+    from mpbroker.config.broker_config import load_config
+    from mpbroker.config.errors import ConfigError
     from mpbroker.logging_setup import configure_logging
     from mpbroker.supervision.preflight import StartupError
     from mpbroker.supervisor import Supervisor

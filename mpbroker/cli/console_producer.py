@@ -30,6 +30,7 @@ import argparse
 import logging
 import sys
 
+from mpbroker.cli.failure import fail
 from mpbroker.clients.core.errors import BrokerUnavailableError, ClientError
 from mpbroker.clients.producer.producer import Producer
 from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
@@ -97,11 +98,9 @@ def main(argv=None, stdin=None) -> int:
             "spread.topics": args.spread_topic,
         })
     except (ValueError, InvalidTopicError) as exc:
-        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail("mpbroker-console-producer", exc, EXIT_USAGE)
     except BrokerUnavailableError as exc:  # --zookeeper: ZooKeeper did not answer
-        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail("mpbroker-console-producer", exc, EXIT_UNREACHABLE)
     separator = args.key_separator.encode() if args.key_separator else None
     code = EXIT_OK
     try:
@@ -117,11 +116,9 @@ def main(argv=None, stdin=None) -> int:
                     break
             producer.send(args.topic, line, key=key)
     except BrokerUnavailableError as exc:
-        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
-        code = EXIT_UNREACHABLE
+        code = fail("mpbroker-console-producer", exc, EXIT_UNREACHABLE)
     except (ClientError, MPBrokerError) as exc:
-        print(f"mpbroker-console-producer: {exc}", file=sys.stderr)
-        code = EXIT_FAILED
+        code = fail("mpbroker-console-producer", exc, EXIT_FAILED)
     finally:
         producer.close()
     if code == EXIT_OK and producer.stats.messages_failed:

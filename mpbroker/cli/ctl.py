@@ -40,7 +40,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from mpbroker.config import CONTROL_SOCKET_NAME, ConfigError, setting_from_file
+from mpbroker.config.broker_config import setting_from_file
+from mpbroker.config.errors import ConfigError
+from mpbroker.config.keys import CONTROL_SOCKET_NAME
 from mpbroker.control_client import NotRunning, call
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NOT_RUNNING = 0, 1, 2, 3

@@ -22,6 +22,7 @@ broker could be reached. Errors are one line on standard error.
 import argparse
 import sys
 
+from mpbroker.cli.failure import fail
 from mpbroker.clients.consumer.offset_times import LATEST_TIME, parse_time
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.brokers import parse_broker_list
@@ -69,19 +70,15 @@ def main(argv=None, stdout=None) -> int:
         if args.max_offsets < 1:
             raise ValueError("--max-offsets must be >= 1")
     except (ValueError, InvalidTopicError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     try:
         lines = _offsets(brokers, args, time_ms)
     except (_UsageError, UnknownTopicError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     except BrokerUnavailableError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, exc, EXIT_UNREACHABLE)
     except (ClientError, MPBrokerError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, exc, EXIT_FAILED)
     try:
         for line in lines:
             print(line, file=out)

@@ -44,6 +44,7 @@ import json
 import logging
 import sys
 
+from mpbroker.cli.failure import fail
 from mpbroker.clients.groups import admin as group_admin
 from mpbroker.clients.groups.offset_targets import EARLIEST, LATEST, Target
 from mpbroker.clients.groups.report import (
@@ -302,8 +303,7 @@ def main(argv=None) -> int:
     try:
         _check_args(args)
     except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format=f"{PROG}: %(levelname)s %(message)s")
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # the connection errors are reported below
     code = EXIT_OK
@@ -326,14 +326,11 @@ def main(argv=None) -> int:
             print(f"{PROG}: {line}", file=sys.stderr)
         return exc.code
     except GroupNotFound:
-        print(f"{PROG}: no consumer group {args.group!r} in ZooKeeper at {args.zookeeper}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return fail(PROG, f"no consumer group {args.group!r} in ZooKeeper at {args.zookeeper}", EXIT_NOT_FOUND)
     except ZooKeeperUnavailable as exc:
-        print(f"{PROG}: ZooKeeper unreachable: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, f"ZooKeeper unreachable: {exc}", EXIT_UNREACHABLE)
     except ZK_ERRORS as exc:
-        print(f"{PROG}: lost ZooKeeper at {args.zookeeper}: {exc!r}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, f"lost ZooKeeper at {args.zookeeper}: {exc!r}", EXIT_UNREACHABLE)
     try:
         if text:
             print(text, flush=True)

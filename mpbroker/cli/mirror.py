@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 
+from mpbroker.cli.failure import fail
 from mpbroker.clients.core.errors import BrokerUnavailableError
 from mpbroker.clients.groups.topic_filter import Blacklist, Whitelist
 from mpbroker.clients.mirror.metrics import MirrorMetrics
@@ -95,8 +96,7 @@ def main(argv=None) -> int:
     try:
         config = config_from(args)
     except ValueError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format=f"%(asctime)s {PROG}: %(levelname)s %(name)s: %(message)s")
     logging.getLogger("kazoo").setLevel(logging.WARNING)

@@ -26,6 +26,8 @@ import logging
 import os
 import sys
 
+from mpbroker.cli.failure import fail
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_LOCKED = 0, 1, 2, 3, 4
 PROG = "mpbroker-spark-load"
 
@@ -96,8 +98,7 @@ def main(argv=None) -> int:
         for topic in args.topic:
             check_topic(topic)
     except InvalidTopicError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     if args.max_bytes_per_partition < 0 or args.fetch_size < 1:
         print(f"{PROG}: --max-bytes-per-partition must be >= 0 and --fetch-size >= 1", file=sys.stderr)
         return EXIT_USAGE
@@ -120,21 +121,16 @@ def main(argv=None) -> int:
             spark = spark_session(args.master)
         summary = run_load(spark, options, source)
     except LoadLockedError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_LOCKED
+        return fail(PROG, exc, EXIT_LOCKED)
     except (ValueError, InvalidTopicError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(PROG, exc, EXIT_USAGE)
     except (ZooKeeperUnavailable, BrokerUnavailableError) as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, exc, EXIT_UNREACHABLE)
     except ZK_ERRORS as exc:
-        print(f"{PROG}: lost ZooKeeper while reading the topics: {exc!r}", file=sys.stderr)
-        return EXIT_UNREACHABLE
+        return fail(PROG, f"lost ZooKeeper while reading the topics: {exc!r}", EXIT_UNREACHABLE)
     except Exception as exc:
         log.exception("the load failed; nothing was committed, the next load redoes it")
-        print(f"{PROG}: the load failed: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return fail(PROG, f"the load failed: {exc}", EXIT_FAILED)
     finally:
         if spark is not None:
             spark.stop()

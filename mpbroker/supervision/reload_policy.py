@@ -7,7 +7,7 @@ changes it keeps the running value and says so."""
 import logging
 from typing import NamedTuple
 
-from mpbroker.config import load_config
+from mpbroker.config.broker_config import load_config
 
 log = logging.getLogger("mpbroker.supervisor")
 

@@ -28,7 +28,7 @@ import time
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import LogCorruptError, StorageError
-from mpbroker.config import config_from_properties
+from mpbroker.config.broker_config import config_from_properties
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
 from mpbroker.ownership import owner_slot

@@ -1,4 +1,4 @@
-"""Tests of mpbroker.config: the properties parser, defaults, validation, per-topic
+"""Tests of the mpbroker.config package: the properties parser, defaults, validation, per-topic
 settings, loading from a file with overrides, and the round trip through strings."""
 
 import dataclasses
@@ -7,20 +7,17 @@ import os
 
 import pytest
 
-from mpbroker.config import (
-    ALIASES,
-    IGNORED_KEYS,
-    KEYS,
-    KEYS_BY_NAME,
+from mpbroker.config.broker_config import (
     BrokerConfig,
-    ConfigError,
     config_from_properties,
     control_socket_from_file,
-    group_id,
     load_config,
-    parse_properties,
     setting_from_file,
 )
+from mpbroker.config.errors import ConfigError
+from mpbroker.config.keys import ALIASES, IGNORED_KEYS, KEYS, KEYS_BY_NAME
+from mpbroker.config.properties import parse_properties
+from mpbroker.config.values import group_id
 from mpbroker.segments.log_config import HOUR_MS, LogConfig
 
 
@@ -686,7 +683,7 @@ def test_as_properties_round_trips_to_an_equal_config():
 def test_ops_example_configuration_lists_every_key_at_its_default():
     from pathlib import Path
 
-    from mpbroker.config import render_properties
+    from mpbroker.config.keys import render_properties
 
     example = Path(__file__).resolve().parents[2] / "ops" / "server.properties"
     assert example.read_text() == render_properties(), "regenerate ops/server.properties from render_properties()"

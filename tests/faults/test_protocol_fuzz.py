@@ -64,7 +64,7 @@ from mpbroker.codec.framing import FrameReader, MalformedRequestError
 from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY
 from mpbroker.codec.message_set import decode_messages, validate_message_set
 from mpbroker.codec.topic_names import check_topic
-from mpbroker.config import config_from_properties
+from mpbroker.config.broker_config import config_from_properties
 from mpbroker.ownership import owner_slot
 from mpbroker.segments.naming import parse_partition_dir, parse_segment_file_name
 from mpbroker.segments.recovery_points import is_checkpoint_file

@@ -38,7 +38,7 @@ import pytest
 from kazoo.client import KazooClient
 
 from mpbroker.clients import Producer
-from mpbroker.config import parse_properties
+from mpbroker.config.properties import parse_properties
 from mpbroker.control_client import NotRunning, call
 from mpbroker.testing.local_zookeeper import free_port
 from tests.readme.readme_blocks import REPO, block, commands, under

@@ -6,7 +6,7 @@ import signal
 import subprocess
 import time
 
-from mpbroker.config import config_from_properties
+from mpbroker.config.broker_config import config_from_properties
 from mpbroker.supervision.children import MAX_RESPAWN_BACKOFF_S, YOUNG_DEATH_S, Child, kill_overdue, make_children
 
 

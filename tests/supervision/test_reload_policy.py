@@ -1,7 +1,7 @@
 """Which settings a reload applies (mpbroker.supervision.reload_policy): the reloadable
 ones change, the others are reported as needing a restart and keep their running value."""
 
-from mpbroker.config import config_from_properties
+from mpbroker.config.broker_config import config_from_properties
 from mpbroker.supervision.reload_policy import RELOADABLE, plan_reload, reload_config
 
 
