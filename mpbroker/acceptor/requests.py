@@ -16,7 +16,6 @@ import logging
 import random
 import struct
 
-from mpbroker.acceptor.connection import FileChunk
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode, InvalidTopicError
 from mpbroker.codec.requests import (
@@ -158,8 +157,8 @@ class RequestHandlers:
 
     # --- reads ------------------------------------------------------------------
 
-    def _read_extent(self, topic: str, partition: int, offset: int, max_size: int):
-        """``(error, extent or None)`` for one fetch."""
+    def _read_range(self, topic: str, partition: int, offset: int, max_size: int):
+        """``(error, FileRange or None)`` for one fetch."""
         if not 0 <= partition < self.config.partitions_for(topic):
             return ErrorCode.WRONG_PARTITION, None
         return self._files.fetch(topic, partition, offset, max_size)
@@ -168,28 +167,27 @@ class RequestHandlers:
         max_size = request.max_size
         if max_size > MAX_ANSWER_PAYLOAD:
             max_size = MAX_ANSWER_PAYLOAD
-        error, extent = self._read_extent(request.topic, request.partition, request.offset, max_size)
-        if extent is None:
+        error, found = self._read_range(request.topic, request.partition, request.offset, max_size)
+        if found is None:
             return [responses.error_response(error)]
-        return [responses.response_header(error, extent.length),
-                FileChunk(extent.file, extent.position, extent.length)]
+        return [responses.response_header(error, found.length), _held(found)]
 
     def _multifetch_parts(self, fetches) -> list:
         room = MAX_ANSWER_PAYLOAD - responses.ERROR_HEADER_BYTES * len(fetches)  # for all parts' message bytes
         results = []
         for fetch in fetches:
             max_size = fetch.max_size if fetch.max_size < room else room
-            error, extent = self._read_extent(fetch.topic, fetch.partition, fetch.offset, max_size)
-            if extent is not None:
-                room -= extent.length
-            results.append((error, extent))
-        parts = [responses.multifetch_header([extent.length if extent else 0 for _, extent in results])]
-        for error, extent in results:
-            if extent is None:
+            error, found = self._read_range(fetch.topic, fetch.partition, fetch.offset, max_size)
+            if found is not None:
+                room -= found.length
+            results.append((error, found))
+        parts = [responses.multifetch_header([found.length if found else 0 for _, found in results])]
+        for error, found in results:  # every part read: no reference is taken before one could fail
+            if found is None:
                 parts.append(responses.error_response(error))
             else:
-                parts.append(responses.response_header(error, extent.length))
-                parts.append(FileChunk(extent.file, extent.position, extent.length))
+                parts.append(responses.response_header(error, found.length))
+                parts.append(_held(found))
         return parts
 
     def _offsets(self, request) -> bytes:
@@ -197,3 +195,10 @@ class RequestHandlers:
             return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
         error, offsets = self._files.offsets(request.topic, request.partition, request.time, request.max_offsets)
         return responses.offsets_response(error, offsets)
+
+
+def _held(found):
+    """A fetched FileRange as a part of an answer: it holds a reference on its segment
+    file until the connection has sent it (or closed)."""
+    found.file.acquire()
+    return found
