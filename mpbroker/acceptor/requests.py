@@ -14,7 +14,6 @@ asked for.
 
 import logging
 import random
-import struct
 
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode, InvalidTopicError
@@ -28,6 +27,7 @@ from mpbroker.codec.requests import (
     ProduceAckedRequest,
     ProduceRequest,
     decode_request,
+    peek_produce,
 )
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
@@ -38,8 +38,6 @@ log = logging.getLogger(__name__)
 
 MAX_ANSWER_PAYLOAD = (1 << 31) - 1 - 2  # an answer's int32 size counts its 2-byte error code too
 _MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH}
-_INT16 = struct.Struct(">h")
-_PRODUCE_TAIL = struct.Struct(">ii")  # partition, set size
 _PRODUCE_COUNTER = REQUESTS + REQUEST_KINDS.index("produce")
 _COUNTER_BY_KIND = {
     kind: REQUESTS + REQUEST_KINDS.index(name) for kind, name in (
@@ -60,9 +58,21 @@ class RequestHandlers:
 
     def handle(self, connection, frame) -> None:
         """Answer or route one request; MalformedRequestError and ProduceRefused
-        propagate (the caller closes the connection)."""
-        if frame[1] == 0 and frame[0] == 0 and self._produce_frame(connection, frame):
-            return
+        propagate (the caller closes the connection).
+
+        The hot path: a 0.7 PRODUCE to a (topic, partition) routed before goes on as
+        ``peek_produce`` read it, topic and route from the caches. Anything else (first
+        sight, partition -1, anything malformed) is decoded in full, which also names
+        the precise error."""
+        produce = peek_produce(frame)
+        if produce is not None:
+            topic_bytes, partition, set_start = produce
+            route = self._routes.get((topic_bytes, partition))
+            if route is not None:
+                self._counters[_PRODUCE_COUNTER] += 1  # before routing: a refused produce is counted too
+                self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET,
+                                     memoryview(frame)[set_start:], route)
+                return
         request = decode_request(frame)
         kind = type(request)
         self._counters[_COUNTER_BY_KIND[kind]] += 1
@@ -99,28 +109,6 @@ class RequestHandlers:
             if len(self._routes) < 1_000_000:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
-
-    def _produce_frame(self, connection, frame: bytes) -> bool:
-        """The hot path: a 0.7 PRODUCE to a (topic, partition) seen before, parsed in
-        place. False sends the frame the general way (first sight, partition -1,
-        anything malformed), which also produces the precise error."""
-        if len(frame) < 4:
-            return False
-        (topic_length,) = _INT16.unpack_from(frame, 2)
-        set_start = 12 + topic_length
-        if topic_length < 0 or set_start > len(frame):
-            return False
-        partition, set_size = _PRODUCE_TAIL.unpack_from(frame, 4 + topic_length)
-        if set_start + set_size != len(frame) or set_size < 0:
-            return False
-        topic_bytes = frame[4:4 + topic_length]
-        route = self._routes.get((topic_bytes, partition))
-        if route is None:
-            return False
-        self._counters[_PRODUCE_COUNTER] += 1  # before routing: a refused produce is counted too
-        self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET,
-                             memoryview(frame)[set_start:], route)
-        return True
 
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:
         try:
