@@ -89,7 +89,7 @@ def run(args) -> None:
                 if region.length == 0:
                     offset = min(b for b in log.segment_bases if b > offset)
                     continue
-                os.pread(region.fd, region.length, region.position)
+                os.pread(region.file.fd, region.length, region.position)
                 offset += region.length
 
         files = [segment.path for segment in log._segments]

@@ -4,8 +4,9 @@ Every request that gets an answer reserves a ``Response`` in the connection's qu
 when it arrives; answers computed here (fetch, OFFSETS) are ready at once, produce
 acknowledgements become ready when the worker answers. Output goes in queue order:
 runs of ready byte buffers with one ``sendmsg`` (``MSG_MORE`` when file data
-follows), file extents with ``os.sendfile`` straight from the segment file. A partial
-send keeps its place and continues when the socket is writable again.
+follows), file ranges (``FileRange``, each holding a reference on its segment file)
+with ``os.sendfile`` straight from the file. A partial send keeps its place (the rest of
+a buffer or range replaces it) and continues when the socket is writable again.
 
 Bounds against hostile clients: ``queued`` counts the answers queued and not yet sent
 (a MULTIFETCH answer once per partition), so the acceptor can stop reading from a
@@ -23,27 +24,11 @@ from collections import deque
 
 from mpbroker.codec.framing import FrameReader
 from mpbroker.ipc.counters import BYTES_SENT
+from mpbroker.segments.log_view import FileRange
 
 REQUEST_TYPE_BYTES = 2  # the least a request frame holds
 
 _MAX_IOV = 64
-
-
-class FileChunk:
-    """Bytes of a segment file still to send; holds a reference on the open file."""
-
-    __slots__ = ("file", "position", "remaining")
-
-    def __init__(self, segment_file, position: int, length: int):
-        segment_file.acquire()
-        self.file = segment_file
-        self.position = position
-        self.remaining = length
-
-    def release(self) -> None:
-        if self.file is not None:
-            self.file.release()
-            self.file = None
 
 
 class Response:
@@ -69,7 +54,7 @@ class Connection:
         self.peer = peer
         self.reader = FrameReader(max_frame_bytes, scratch=scratch, min_frame_bytes=REQUEST_TYPE_BYTES)
         self.responses = deque()  # in request order; the head may still wait for a worker
-        self.output = deque()  # parts of ready responses, in order: bytes or FileChunk
+        self.output = deque()  # parts of ready responses, in order: bytes or FileRange (holding its file)
         self.queued = 0  # answers queued and not yet sent (a MULTIFETCH counts per partition)
         self.paused = False  # not reading: a worker's queue is over its limit
         self.throttled = False  # not reading: too many answers wait until the client reads them
@@ -112,12 +97,10 @@ class Connection:
         while responses and responses[0].ready:
             output.extend(responses.popleft().parts)
         while output:
-            head = output[0]
-            if isinstance(head, FileChunk):
-                if not self._send_file(head):
+            if type(output[0]) is FileRange:
+                if not self._send_file(output):
                     return False
-                head.release()
-                output.popleft()
+                output.popleft().file.release()
             elif not self._send_buffers(output):
                 return False
         self.queued = len(responses)  # what is left waits for a worker
@@ -128,7 +111,7 @@ class Connection:
         buffers = []
         more = False
         for part in output:
-            if isinstance(part, FileChunk):
+            if type(part) is FileRange:
                 more = True
                 break
             buffers.append(part)
@@ -149,16 +132,22 @@ class Connection:
                 return False
         return True
 
-    def _send_file(self, chunk: FileChunk) -> bool:
-        while chunk.remaining:
+    def _send_file(self, output) -> bool:
+        """sendfile of the leading FileRange; True if all of it went out (else its rest
+        replaces it)."""
+        head = output[0]
+        file, position, remaining = head
+        while remaining:
             try:
-                sent = os.sendfile(self.fd, chunk.file.fd, chunk.position, chunk.remaining)
+                sent = os.sendfile(self.fd, file.fd, position, remaining)
             except (BlockingIOError, InterruptedError):
+                if remaining != head.length:
+                    output[0] = FileRange(file, position, remaining)
                 return False
             if sent == 0:  # the file is shorter than published: never send less silently
-                raise OSError(f"segment file ended {chunk.remaining} bytes early")
-            chunk.position += sent
-            chunk.remaining -= sent
+                raise OSError(f"segment file ended {remaining} bytes early")
+            position += sent
+            remaining -= sent
             self.counters[BYTES_SENT] += sent
             self.bytes_sent += sent
         return True
@@ -169,8 +158,8 @@ class Connection:
         self.closed = True
         for parts in [self.output, *(response.parts for response in self.responses)]:
             for part in parts:
-                if isinstance(part, FileChunk):
-                    part.release()
+                if type(part) is FileRange:
+                    part.file.release()
         self.responses.clear()
         self.output.clear()
         try:

@@ -14,9 +14,7 @@ asked for.
 
 import logging
 import random
-import struct
 
-from mpbroker.acceptor.connection import FileChunk
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode, InvalidTopicError
 from mpbroker.codec.requests import (
@@ -29,6 +27,7 @@ from mpbroker.codec.requests import (
     ProduceAckedRequest,
     ProduceRequest,
     decode_request,
+    peek_produce,
 )
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
@@ -39,8 +38,6 @@ log = logging.getLogger(__name__)
 
 MAX_ANSWER_PAYLOAD = (1 << 31) - 1 - 2  # an answer's int32 size counts its 2-byte error code too
 _MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH}
-_INT16 = struct.Struct(">h")
-_PRODUCE_TAIL = struct.Struct(">ii")  # partition, set size
 _PRODUCE_COUNTER = REQUESTS + REQUEST_KINDS.index("produce")
 _COUNTER_BY_KIND = {
     kind: REQUESTS + REQUEST_KINDS.index(name) for kind, name in (
@@ -61,9 +58,21 @@ class RequestHandlers:
 
     def handle(self, connection, frame) -> None:
         """Answer or route one request; MalformedRequestError and ProduceRefused
-        propagate (the caller closes the connection)."""
-        if frame[1] == 0 and frame[0] == 0 and self._produce_frame(connection, frame):
-            return
+        propagate (the caller closes the connection).
+
+        The hot path: a 0.7 PRODUCE to a (topic, partition) routed before goes on as
+        ``peek_produce`` read it, topic and route from the caches. Anything else (first
+        sight, partition -1, anything malformed) is decoded in full, which also names
+        the precise error."""
+        produce = peek_produce(frame)
+        if produce is not None:
+            topic_bytes, partition, set_start = produce
+            route = self._routes.get((topic_bytes, partition))
+            if route is not None:
+                self._counters[_PRODUCE_COUNTER] += 1  # before routing: a refused produce is counted too
+                self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET,
+                                     memoryview(frame)[set_start:], route)
+                return
         request = decode_request(frame)
         kind = type(request)
         self._counters[_COUNTER_BY_KIND[kind]] += 1
@@ -101,28 +110,6 @@ class RequestHandlers:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
 
-    def _produce_frame(self, connection, frame: bytes) -> bool:
-        """The hot path: a 0.7 PRODUCE to a (topic, partition) seen before, parsed in
-        place. False sends the frame the general way (first sight, partition -1,
-        anything malformed), which also produces the precise error."""
-        if len(frame) < 4:
-            return False
-        (topic_length,) = _INT16.unpack_from(frame, 2)
-        set_start = 12 + topic_length
-        if topic_length < 0 or set_start > len(frame):
-            return False
-        partition, set_size = _PRODUCE_TAIL.unpack_from(frame, 4 + topic_length)
-        if set_start + set_size != len(frame) or set_size < 0:
-            return False
-        topic_bytes = frame[4:4 + topic_length]
-        route = self._routes.get((topic_bytes, partition))
-        if route is None:
-            return False
-        self._counters[_PRODUCE_COUNTER] += 1  # before routing: a refused produce is counted too
-        self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET,
-                             memoryview(frame)[set_start:], route)
-        return True
-
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:
         try:
             topic_bytes, partition, route = self._target(topic, partition)
@@ -158,8 +145,8 @@ class RequestHandlers:
 
     # --- reads ------------------------------------------------------------------
 
-    def _read_extent(self, topic: str, partition: int, offset: int, max_size: int):
-        """``(error, extent or None)`` for one fetch."""
+    def _read_range(self, topic: str, partition: int, offset: int, max_size: int):
+        """``(error, FileRange or None)`` for one fetch."""
         if not 0 <= partition < self.config.partitions_for(topic):
             return ErrorCode.WRONG_PARTITION, None
         return self._files.fetch(topic, partition, offset, max_size)
@@ -168,28 +155,27 @@ class RequestHandlers:
         max_size = request.max_size
         if max_size > MAX_ANSWER_PAYLOAD:
             max_size = MAX_ANSWER_PAYLOAD
-        error, extent = self._read_extent(request.topic, request.partition, request.offset, max_size)
-        if extent is None:
+        error, found = self._read_range(request.topic, request.partition, request.offset, max_size)
+        if found is None:
             return [responses.error_response(error)]
-        return [responses.response_header(error, extent.length),
-                FileChunk(extent.file, extent.position, extent.length)]
+        return [responses.response_header(error, found.length), _held(found)]
 
     def _multifetch_parts(self, fetches) -> list:
         room = MAX_ANSWER_PAYLOAD - responses.ERROR_HEADER_BYTES * len(fetches)  # for all parts' message bytes
         results = []
         for fetch in fetches:
             max_size = fetch.max_size if fetch.max_size < room else room
-            error, extent = self._read_extent(fetch.topic, fetch.partition, fetch.offset, max_size)
-            if extent is not None:
-                room -= extent.length
-            results.append((error, extent))
-        parts = [responses.multifetch_header([extent.length if extent else 0 for _, extent in results])]
-        for error, extent in results:
-            if extent is None:
+            error, found = self._read_range(fetch.topic, fetch.partition, fetch.offset, max_size)
+            if found is not None:
+                room -= found.length
+            results.append((error, found))
+        parts = [responses.multifetch_header([found.length if found else 0 for _, found in results])]
+        for error, found in results:  # every part read: no reference is taken before one could fail
+            if found is None:
                 parts.append(responses.error_response(error))
             else:
-                parts.append(responses.response_header(error, extent.length))
-                parts.append(FileChunk(extent.file, extent.position, extent.length))
+                parts.append(responses.response_header(error, found.length))
+                parts.append(_held(found))
         return parts
 
     def _offsets(self, request) -> bytes:
@@ -197,3 +183,10 @@ class RequestHandlers:
             return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
         error, offsets = self._files.offsets(request.topic, request.partition, request.time, request.max_offsets)
         return responses.offsets_response(error, offsets)
+
+
+def _held(found):
+    """A fetched FileRange as a part of an answer: it holds a reference on its segment
+    file until the connection has sent it (or closed)."""
+    found.file.acquire()
+    return found

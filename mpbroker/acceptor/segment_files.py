@@ -4,14 +4,15 @@ segment files, without the owning worker.
 Each worker publishes, per partition, the log start, the flushed end and a segment
 list version in its partition table. Here we find a partition's entry (cached by
 name), read it under its sequence lock, re-list the partition directory when the
-version moved, and open segment files read-only on first use. An open file is
-reference counted: a fetch still being sent keeps it open even after retention
-removed it from the list (on Linux the open file stays readable after unlink).
+version moved, and open segment files read-only on first use. The answers come from
+the code the Log reads with: ``log_view.locate`` (a fetch's ``FileRange``) and
+``offsets.offsets_before`` (OFFSETS). An open file is reference counted: a range
+still being sent keeps it open even after retention removed it from the list (on
+Linux the open file stays readable after unlink).
 """
 
 import errno
 import os
-from typing import NamedTuple
 
 from mpbroker.clock import wall_clock_ms
 from mpbroker.codec.errors import ErrorCode, OffsetOutOfRangeError
@@ -26,6 +27,8 @@ _PATIENCE_S = 0.5
 
 
 class SegmentFile:
+    """A segment file open read-only; closed once retired and no range being sent holds it."""
+
     __slots__ = ("fd", "refs", "retired")
 
     def __init__(self, fd: int):
@@ -52,12 +55,6 @@ class SegmentFile:
             self.fd = -1
 
 
-class Extent(NamedTuple):
-    file: SegmentFile
-    position: int
-    length: int
-
-
 class _PartitionView:
     __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state")
 
@@ -80,7 +77,9 @@ class _PartitionView:
         self.bases = bases
         self.version = state.segments_version
 
-    def file(self, base: int) -> SegmentFile:
+    def file(self, index: int) -> SegmentFile:
+        """The open file of the ``index``-th listed segment (``locate``'s ``file_at``)."""
+        base = self.bases[index]
         found = self.files.get(base)
         if found is None:
             fd = os.open(os.path.join(self.directory, segment_file_name(base)), os.O_RDONLY | os.O_CLOEXEC)
@@ -125,7 +124,8 @@ class SegmentFiles:
         return state
 
     def fetch(self, topic: str, partition: int, offset: int, max_size: int):
-        """``(error code, Extent or None)``; an unknown partition is an empty answer."""
+        """``(error code, FileRange or None)``; an unknown partition is an empty answer.
+        The range's file is a SegmentFile: ``acquire`` it to keep it open while sending."""
         if max_size < 0:
             return ErrorCode.INVALID_FETCH_SIZE, None
         view = self._view(topic, partition)
@@ -133,23 +133,22 @@ class SegmentFiles:
             return ErrorCode.NO_ERROR, None
         try:
             state = self._state(view)
-            if offset < state.log_start:
-                return ErrorCode.OFFSET_OUT_OF_RANGE, None
-            extent = locate(view.bases, state.flushed_end, offset, max_size)
-        except OffsetOutOfRangeError:
-            return ErrorCode.OFFSET_OUT_OF_RANGE, None
         except TornEntryError:
             return ErrorCode.UNKNOWN, None
-        if extent.length == 0:
-            return ErrorCode.NO_ERROR, None
+        if offset < state.log_start:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
         try:
-            segment_file = view.file(extent.segment_base)
-        except OSError as exc:
+            found = locate(view.bases, state.flushed_end, offset, max_size, view.file)
+        except OffsetOutOfRangeError:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        except OSError as exc:  # opening the segment file
             if exc.errno == errno.ENOENT:  # deleted by retention since we listed it
                 view.version = -1
                 return ErrorCode.OFFSET_OUT_OF_RANGE, None
             raise
-        return ErrorCode.NO_ERROR, Extent(segment_file, extent.position, extent.length)
+        if found.length == 0:
+            return ErrorCode.NO_ERROR, None
+        return ErrorCode.NO_ERROR, found
 
     def offsets(self, topic: str, partition: int, time_ms: int, max_offsets: int):
         """``(error code, [offsets])`` as PROTOCOL.md describes."""

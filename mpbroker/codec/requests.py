@@ -1,5 +1,6 @@
 """Request bodies of the Kafka 0.7 protocol (and mpbroker's own, >= 100): typed
-values, a decoder and encoders. Sans-IO.
+values, a decoder and encoders, and ``peek_produce``, the reading of a PRODUCE that the
+acceptor's fast path routes without decoding it. Sans-IO.
 
 A frame body is ``[int16 request_type][fields]``; strings are ``[int16 length][bytes]``.
 Decoding is strict: a truncated body, a negative length or count, an unknown type or
@@ -132,6 +133,26 @@ def _produce(cursor: _Cursor) -> ProduceRequest:
 def _fetch(cursor: _Cursor) -> FetchRequest:
     topic = cursor.string()
     return FetchRequest(topic, *cursor.take(_FETCH_TAIL))
+
+
+def peek_produce(frame: bytes):
+    """A 0.7 PRODUCE frame body read in place, for a fast path: ``(topic bytes,
+    partition, message-set start)``, the set running from there to the end of the frame.
+    None for anything else, which ``decode_request`` then takes (and names what is
+    wrong): another request type, a frame too short, a negative topic length, a set
+    size that does not end exactly at the frame's end, a partition below 0 (-1 asks for
+    one at random). Whenever this returns a value, ``decode_request`` returns the same
+    ProduceRequest (the topic as ``str``)."""
+    size = len(frame)
+    if size < 12 or frame[0] or frame[1] or frame[2] & 0x80:  # not PRODUCE, too short, topic length < 0
+        return None
+    set_start = 12 + (frame[2] << 8 | frame[3])  # after the type, the topic, the partition and the set size
+    if set_start > size:
+        return None
+    partition, set_size = _PRODUCE_TAIL.unpack_from(frame, set_start - 8)
+    if partition < 0 or set_start + set_size != size:  # (a negative size cannot end the frame)
+        return None
+    return frame[4:set_start - 8], partition, set_start
 
 
 def decode_request(frame):

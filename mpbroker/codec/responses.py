@@ -35,7 +35,7 @@ class ProduceAck(NamedTuple):
 
 
 def response_header(error: int, payload_bytes: int) -> bytes:
-    """The 6 bytes before a payload of ``payload_bytes`` (e.g. a fetched extent)."""
+    """The 6 bytes before a payload of ``payload_bytes`` (e.g. a fetched file range)."""
     return ERROR_HEADER.pack(2 + payload_bytes, error)
 
 

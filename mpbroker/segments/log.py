@@ -23,7 +23,7 @@ from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments import retention
 from mpbroker.segments.durability import sync_directory
 from mpbroker.segments.log_config import LogConfig
-from mpbroker.segments.log_view import locate
+from mpbroker.segments.log_view import FileRange, locate
 from mpbroker.segments.naming import partition_path
 from mpbroker.segments.offsets import offsets_before
 from mpbroker.segments.recovery import open_segments
@@ -38,14 +38,6 @@ class LogRemovedError(StorageError):
 
 class FlushPostponedError(StorageError):
     """A flush could not finish for a passing reason (no free file descriptor)."""
-
-
-class FileRegion(NamedTuple):
-    """Bytes of a segment file to hand to ``os.sendfile``."""
-
-    fd: int
-    position: int
-    length: int
 
 
 class PendingFlush(NamedTuple):
@@ -248,16 +240,16 @@ class Log:
 
     # --- read ------------------------------------------------------------------
 
-    def read(self, offset: int, max_bytes: int) -> FileRegion:
-        """The file region a fetch at ``offset`` of up to ``max_bytes`` answers with;
-        never past the flushed end nor across a segment end (OffsetOutOfRangeError
-        outside the log)."""
-        extent = locate(self._bases, self.flushed_end, offset, max_bytes)
-        return FileRegion(self._segments[extent.index].fd, extent.position, extent.length)
+    def read(self, offset: int, max_bytes: int) -> FileRange:
+        """The range of a segment file (a ``Segment``) a fetch at ``offset`` of up to
+        ``max_bytes`` answers with; never past the flushed end nor across a segment end
+        (OffsetOutOfRangeError outside the log). The acceptor answers fetches through
+        the same ``locate``."""
+        return locate(self._bases, self.flushed_end, offset, max_bytes, self._segments.__getitem__)
 
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
-        region = self.read(offset, max_bytes)
-        return os.pread(region.fd, region.length, region.position)
+        found = self.read(offset, max_bytes)
+        return os.pread(found.file.fd, found.length, found.position) if found.length else b""
 
     def offsets_before(self, time_ms: int, max_offsets: int) -> list:
         segments = [(segment.base, segment.mtime_ms()) for segment in self._segments]

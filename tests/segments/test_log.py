@@ -9,7 +9,7 @@ import pytest
 from mpbroker.codec.errors import OffsetOutOfRangeError, StorageError
 from mpbroker.codec.message_set import iter_messages, validate_message_set
 from mpbroker.segments.log import LogRemovedError, sync_pending
-from mpbroker.segments.log_view import locate
+from mpbroker.segments.log_view import EMPTY, locate
 
 from .conftest import message_set
 
@@ -141,23 +141,39 @@ def test_fetch_at_every_boundary_never_crosses_a_segment(open_log):
         region = log.read(offset, 1 << 20)
         segment_end = min([b for b in bases if b > offset], default=log.log_end)
         assert region.length == segment_end - offset
-        assert os.pread(region.fd, region.length, region.position) == everything[offset:segment_end]
+        assert log.read_bytes(offset, 1 << 20) == everything[offset:segment_end]
+        if region.length:
+            base = max(b for b in bases if b <= offset)
+            assert region.file.base == base and region.position == offset - base
         small = log.read(offset, 7)
         assert small.length == min(7, segment_end - offset)
 
 
-def test_locate_is_pure_arithmetic():
+def test_locate_is_arithmetic_and_asks_only_for_the_file_it_reads():
     bases = [0, 100, 250]
-    assert locate(bases, 300, 0, 1000) == (0, 0, 0, 100)
-    assert locate(bases, 300, 99, 1000) == (0, 0, 99, 1)
-    assert locate(bases, 300, 100, 1000) == (1, 100, 0, 150)
-    assert locate(bases, 300, 260, 5) == (2, 250, 10, 5)
-    assert locate(bases, 300, 300, 5).length == 0
-    assert locate(bases, 200, 150, 1000).length == 50  # capped at the flushed end
+    asked = []
+
+    def file_at(index):
+        asked.append(index)
+        return f"segment {index}"
+
+    assert locate(bases, 300, 0, 1000, file_at) == ("segment 0", 0, 100)
+    assert locate(bases, 300, 99, 1000, file_at) == ("segment 0", 99, 1)
+    assert locate(bases, 300, 100, 1000, file_at) == ("segment 1", 0, 150)
+    assert locate(bases, 300, 260, 5, file_at) == ("segment 2", 10, 5)
+    assert locate(bases, 200, 150, 1000, file_at) == ("segment 1", 50, 50)  # capped at the flushed end
+    assert asked == [0, 0, 1, 2, 1]
+    assert locate(bases, 300, 300, 5, file_at) is EMPTY  # at the flushed end: nothing yet
+    assert locate(bases, 300, 120, 0, file_at) is EMPTY  # a fetch of 0 bytes
+    assert locate(bases, 250, 250, 5, file_at) is EMPTY  # a rolled, still unflushed segment
+    assert locate(bases, 300, 10, -1, file_at) is EMPTY
     with pytest.raises(OffsetOutOfRangeError):
-        locate(bases, 300, 301, 5)
+        locate(bases, 300, 301, 5, file_at)
     with pytest.raises(OffsetOutOfRangeError):
-        locate([], 0, 0, 5)
+        locate(bases, 300, -1, 5, file_at)
+    with pytest.raises(OffsetOutOfRangeError):
+        locate([], 0, 0, 5, file_at)
+    assert asked == [0, 0, 1, 2, 1]  # no file for an empty answer or an error
 
 
 def test_fetched_bytes_iterate_back_to_the_messages(open_log):
