@@ -64,11 +64,7 @@ from mpbroker.supervision.status import RateSampler, broker_status
 log = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 2.0
-ACCEPTOR_STOP_TIMEOUT_S = 15.0
-WORKER_STOP_TIMEOUT_S = 120.0
 FAST_STOP_TIMEOUT_S = 5.0
-REGISTRAR_STOP_TIMEOUT_S = 10.0
-METRICS_STOP_TIMEOUT_S = 5.0
 RUNNING, STOPPING_ACCEPTOR, STOPPING_WORKERS, STOPPED = "running", "stopping acceptor", "stopping workers", "stopped"
 
 
@@ -87,7 +83,7 @@ class Supervisor:
         self.zk_state = None  # the registrar's last report
         self.rates = RateSampler()
         self._accepting = False  # the first acceptor took connections
-        self._next_watchdog = 0.0
+        self._watchdog = systemd.Watchdog()
 
     # --- start ------------------------------------------------------------------
 
@@ -214,9 +210,7 @@ class Supervisor:
         timeout = 0.1 if self.phase != RUNNING or any(c.respawn_at for c in self.children) else 1.0
         if self.readiness.deadline is not None:  # READY=1 at the deadline, not up to a second later
             timeout = min(timeout, max(0.0, self.readiness.deadline - time.monotonic()))
-        if systemd.watchdog_interval_s():  # never sleep past the next WATCHDOG=1
-            timeout = min(timeout, max(0.0, self._next_watchdog - time.monotonic()))
-        return timeout
+        return min(timeout, self._watchdog.seconds_left(time.monotonic()))  # never sleep past WATCHDOG=1
 
     def _on_signals(self, signals: bytes) -> None:
         for number in signals:
@@ -356,10 +350,7 @@ class Supervisor:
         else:
             self._advance_stop(now)
         self.control_server.tick(now)
-        interval = systemd.watchdog_interval_s()
-        if interval and now >= self._next_watchdog:
-            systemd.notify("WATCHDOG=1")
-            self._next_watchdog = now + interval
+        self._watchdog.tick(now)
 
     def _check_heartbeats(self) -> None:
         now_ms = monotonic_ms()  # heartbeats are on the machine-wide monotonic clock
@@ -385,15 +376,9 @@ class Supervisor:
         for child in self.children:
             child.respawn_at = None
             child.awaiting_ack = None
-        if self.registrar and self.registrar.alive:  # out of ZooKeeper first: clients move on
-            self.registrar.channel.send(Op.STOP)
-            self.registrar.stop_deadline = time.monotonic() + REGISTRAR_STOP_TIMEOUT_S
-        if self.metrics and self.metrics.alive:
-            self.metrics.channel.send(Op.STOP)
-            self.metrics.stop_deadline = time.monotonic() + METRICS_STOP_TIMEOUT_S
-        if self.acceptor.alive:
-            self.acceptor.channel.send(Op.STOP)
-            self.acceptor.stop_deadline = time.monotonic() + ACCEPTOR_STOP_TIMEOUT_S
+        for child in (self.registrar, self.metrics, self.acceptor):  # out of ZooKeeper first: clients move on
+            if child and child.alive:
+                child.ask_to_stop()
 
     def _advance_stop(self, now: float) -> None:
         if self.phase == STOPPING_ACCEPTOR:
@@ -407,8 +392,7 @@ class Supervisor:
             self.phase = STOPPING_WORKERS
             for child in self.workers:
                 if child.alive:
-                    child.channel.send(Op.STOP)
-                    child.stop_deadline = now + WORKER_STOP_TIMEOUT_S
+                    child.ask_to_stop()
         if self.phase == STOPPING_WORKERS:
             if kill_overdue(self.workers, now):
                 return

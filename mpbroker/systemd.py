@@ -8,8 +8,9 @@ reload to its own signal by that timestamp; plain Type=notify ignores the extra 
 STOPPING=1 when it stops, and WATCHDOG=1 every half of ``$WATCHDOG_USEC``. An address
 starting with ``@`` is in the abstract namespace (a leading NUL byte on the wire).
 
-Socket activation (sd_listen_fds): ``listen_fds`` says how many listening sockets
-systemd passed, from fd 3 on, when they are meant for this process."""
+``Watchdog`` keeps the WATCHDOG=1 rhythm. Socket activation (sd_listen_fds):
+``listen_fds`` says how many listening sockets systemd passed, from fd 3 on, when they
+are meant for this process."""
 
 import os
 import socket
@@ -49,6 +50,23 @@ def watchdog_interval_s():
     if not usec.isdigit() or int(usec) == 0 or (pid and (not pid.isdigit() or int(pid) != os.getpid())):
         return None
     return int(usec) / 2_000_000
+
+
+class Watchdog:
+    """WATCHDOG=1 every half of $WATCHDOG_USEC (nothing outside systemd's watchdog)."""
+
+    def __init__(self):
+        self._next = 0.0
+
+    def seconds_left(self, now: float) -> float:
+        """Until the next WATCHDOG=1 is due (inf without a watchdog); ``now`` is time.monotonic()."""
+        return max(0.0, self._next - now) if watchdog_interval_s() else float("inf")
+
+    def tick(self, now: float) -> None:
+        interval = watchdog_interval_s()
+        if interval and now >= self._next:
+            notify("WATCHDOG=1")
+            self._next = now + interval
 
 
 LISTEN_FDS_START = 3  # the first socket systemd passes

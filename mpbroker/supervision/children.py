@@ -13,13 +13,16 @@ import signal
 import time
 
 from mpbroker.clock import wall_clock_ms
-from mpbroker.ipc.control import ControlChannel
+from mpbroker.ipc.control import ControlChannel, Op
 
 log = logging.getLogger("mpbroker.supervisor")
 
 YOUNG_DEATH_S = 5.0  # a child that dies younger than this is respawned after a growing back-off
 MAX_RESPAWN_BACKOFF_S = 30.0
 _SHORT_ROLES = {"acceptor": "acc", "registrar": "zk", "metrics": "metrics"}
+# How long a graceful stop may take before SIGKILL, by role. The workers' flush and close
+# may take long (TimeoutStopSec in ops/mpbroker.service is at least as long).
+STOP_TIMEOUT_S = {"worker": 120.0, "acceptor": 15.0, "registrar": 10.0, "metrics": 5.0}
 
 
 class Child:
@@ -80,6 +83,11 @@ class Child:
         """Fork it again once its back-off has passed."""
         self.restarts += 1
         self.respawn_at = time.monotonic() + self.backoff
+
+    def ask_to_stop(self) -> None:
+        """Send ``stop``; it has STOP_TIMEOUT_S of its role to exit."""
+        self.channel.send(Op.STOP)
+        self.stop_deadline = time.monotonic() + STOP_TIMEOUT_S[self.role]
 
     def kill(self, sig: int) -> None:
         try:

@@ -39,7 +39,7 @@ def test_the_unit_matches_what_the_supervisor_does():
     assert service["Type"] == "notify" and service["NotifyAccess"] == "main"  # READY/STOPPING from the supervisor
     assert service["ExecReload"] == "/bin/kill -HUP $MAINPID"
     assert service["KillMode"] == "mixed"  # TERM to the supervisor only; it stops the children in order
-    assert int(service["TimeoutStopSec"]) >= 120  # the workers' graceful-stop limit (WORKER_STOP_TIMEOUT_S)
+    assert int(service["TimeoutStopSec"]) >= 120  # the workers' graceful-stop limit (STOP_TIMEOUT_S["worker"] in mpbroker/supervision/children.py)
     assert service["ExecStart"] == "/opt/mpbroker/venv/bin/mpbroker serve /etc/mpbroker/server.properties"
     # No --override: log.dir comes from the file (the install writes /var/lib/mpbroker there), so an
     # operator's own log.dir is the one used and mpbroker-ctl -c finds the same control socket.
