@@ -230,22 +230,15 @@ class Acceptor:
                      ", ..." if len(connections) > 3 else "")
 
     def _read(self, connection) -> None:
-        reader = connection.reader
         try:
-            view = reader.receive_buffer()
-            received = connection.sock.recv_into(view)
-            del view
-        except (BlockingIOError, InterruptedError):
-            reader.detach()  # the pending frame start was put back into the shared scratch buffer
-            return
+            received = connection.receive(self._now)
         except OSError as exc:
             self._close_failed(connection, "receive failed", exc)
             return
-        if received == 0:
-            self._close(connection, None)
+        if received <= 0:
+            if received == 0:  # the peer closed (-1: nothing there after all)
+                self._close(connection, None)
             return
-        reader.commit(received, self._now)
-        connection.last_active = self._now
         self.counters[BYTES_RECEIVED] += received
         self._process_frames(connection)
 
@@ -306,14 +299,11 @@ class Acceptor:
         for connection in to_send:
             if connection.closed:
                 continue
-            sent_before = connection.bytes_sent
             try:
-                done = connection.send()
+                done = connection.send(self._now)
             except OSError as exc:
                 self._close_failed(connection, "send failed", exc)
                 continue
-            if connection.bytes_sent != sent_before:
-                connection.last_active = self._now
             if done and connection.closing and connection.idle:
                 self._close(connection, None)
                 continue

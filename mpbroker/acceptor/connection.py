@@ -60,7 +60,7 @@ class Response:
 
 class Connection:
     __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "queued", "paused", "throttled", "closing",
-                 "closed", "wants_write", "number", "counters", "bytes_sent", "last_active")
+                 "closed", "wants_write", "number", "counters", "bytes_sent", "_last_active")
 
     def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int, counters, scratch: bytearray,
                  now: float):
@@ -79,7 +79,7 @@ class Connection:
         self.number = number
         self.counters = counters  # the acceptor's CounterTable row (bytes sent)
         self.bytes_sent = 0
-        self.last_active = now  # time.monotonic() of the last byte received or sent
+        self._last_active = now  # time.monotonic() of the last byte received or sent
 
     def __repr__(self) -> str:
         return f"connection #{self.number} from {self.peer}"
@@ -105,23 +105,51 @@ class Connection:
         requests wait for room in a worker's queue."""
         return self.paused or bool(self.responses and not self.responses[0].ready)
 
-    def send(self) -> bool:
+    @property
+    def last_active(self) -> float:
+        return self._last_active
+
+    # --- bytes in and out -------------------------------------------------------------
+
+    def receive(self, now: float) -> int:
+        """Receive what the socket holds into the reader, at time ``now``: the byte
+        count, 0 if the peer closed, -1 if there was nothing. Raises OSError if the
+        socket failed."""
+        reader = self.reader
+        try:
+            view = reader.receive_buffer()
+            received = self.sock.recv_into(view)
+            del view
+        except (BlockingIOError, InterruptedError):
+            reader.detach()  # the pending frame start was put back into the shared scratch buffer
+            return -1
+        if received:
+            reader.commit(received, now)
+            self._last_active = now
+        return received
+
+    def send(self, now: float) -> bool:
         """Send what is ready, in order; True if nothing ready is left waiting for the
-        socket. Raises OSError if the peer is gone."""
+        socket. ``now`` is the last activity if a byte went out. Raises OSError if the
+        peer is gone."""
         responses, output = self.responses, self.output
         while responses and responses[0].ready:
             output.extend(responses.popleft().parts)
+        sent_before = self.bytes_sent
         while output:
             head = output[0]
             if isinstance(head, FileChunk):
                 if not self._send_file(head):
-                    return False
+                    break
                 head.release()
                 output.popleft()
             elif not self._send_buffers(output):
-                return False
-        self.queued = len(responses)  # what is left waits for a worker
-        return True
+                break
+        else:
+            self.queued = len(responses)  # what is left waits for a worker
+        if self.bytes_sent != sent_before:
+            self._last_active = now
+        return not output
 
     def _send_buffers(self, output) -> bool:
         """One sendmsg of the leading byte buffers; True if all of them went out."""
