@@ -117,7 +117,7 @@ def test_a_paused_connection_is_not_read_until_unpaused(pair):
 
 
 def test_the_router_pauses_the_connection_that_fills_a_worker_queue_and_hands_it_back(pair, route):
-    connection, client = pair
+    connection, _ = pair
     router = Router([route], incarnation=1)
     router.worker_up(route)
     router.produce(connection, b"topic", 0, Mode.FIRE_AND_FORGET, b"x" * 50, route)
