@@ -20,8 +20,11 @@ traceback in the log, instead of taking every other connection down with the pro
 Connections reset by their clients (or broken pipes) are normal: they are logged at
 most once per 10 s, with a count (``throttled_log``).
 
-Routing (``routing.Router``) never calls back into this loop: its calls hand back the
-connections to close, to send for and to read again, and the loop acts on them after.
+Each connection owns its state (``connection``): this loop asks it for its transitions
+(what to do after a send, whether it still reads) and applies its ``interest()`` to the
+selector in one place, ``_update_interest``. Routing (``routing.Router``) never calls
+back into this loop: its calls hand back the connections to close, to send for and to
+read again, and the loop acts on them after.
 
 Graceful stop: close the listener, stop reading, hand every queued produce to the
 rings, wait (bounded) until acknowledged produces are answered and answers are sent,
@@ -35,7 +38,7 @@ import selectors
 import socket
 import time
 
-from mpbroker.acceptor.connection import Connection
+from mpbroker.acceptor.connection import CLOSE, READ_AGAIN, Connection
 from mpbroker.acceptor.limits import AddressCounts, address_of, overdue, sweep_interval
 from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
@@ -147,7 +150,8 @@ class Acceptor(ChildProcess):
         Ring.clear_notification(route.requests.space_fd)
 
     def _on_listener(self, _mask: int) -> None:
-        self._accept()
+        if not self.stopping:  # a stop earlier in this round of events closed the listener
+            self._accept()
 
     def _sweep(self, _now_ms: int) -> None:
         """Close the overdue connections; again after ``limits.sweep_interval``."""
@@ -226,36 +230,21 @@ class Acceptor(ChildProcess):
                      ", ..." if len(connections) > 3 else "")
 
     def _read(self, connection) -> None:
-        reader = connection.reader
         try:
-            view = reader.receive_buffer()
-            received = connection.sock.recv_into(view)
-            del view
-        except (BlockingIOError, InterruptedError):
-            reader.detach()  # the pending frame start was put back into the shared scratch buffer
-            return
+            received = connection.receive(self._now)
         except OSError as exc:
             self._close_failed(connection, "receive failed", exc)
             return
-        if received == 0:
-            self._close(connection, None)
+        if received <= 0:
+            if received == 0:  # the peer closed (-1: nothing there after all)
+                self._close(connection, None)
             return
-        reader.commit(received, self._now)
-        connection.last_active = self._now
         self.counters[BYTES_RECEIVED] += received
         self._process_frames(connection)
 
     def _process_frames(self, connection) -> None:
-        max_queued = self.config.max_queued_responses
         try:
-            while not connection.paused and not connection.closed:
-                if connection.queued >= max_queued:
-                    connection.throttled = True  # read on once the client has read half
-                    break
-                frame = connection.reader.next_frame()
-                if frame is None:
-                    break
-                self.handlers.handle(connection, frame)
+            held = connection.handle_frames(self.handlers, self.config.max_queued_responses)
         except MalformedRequestError as exc:
             self.counters[MALFORMED_REQUESTS] += 1
             self._close(connection, f"malformed request: {exc}")
@@ -274,7 +263,7 @@ class Acceptor(ChildProcess):
             return
         if connection.responses:
             self._to_send.add(connection)
-        if connection.paused or connection.throttled:
+        if held:  # paused or throttled: not read for now
             self._update_interest(connection)
 
     def _resume(self, connections) -> None:
@@ -299,35 +288,29 @@ class Acceptor(ChildProcess):
 
     def _send_ready(self) -> None:
         to_send, self._to_send = self._to_send, set()
+        max_queued = self.config.max_queued_responses
         for connection in to_send:
             if connection.closed:
                 continue
-            sent_before = connection.bytes_sent
             try:
-                done = connection.send()
+                done = connection.send(self._now)
             except OSError as exc:
                 self._close_failed(connection, "send failed", exc)
                 continue
-            if connection.bytes_sent != sent_before:
-                connection.last_active = self._now
-            if done and connection.closing and connection.idle:
-                self._close(connection, None)
-                continue
-            if connection.wants_write != (not done):
-                connection.wants_write = not done
-                self._update_interest(connection)
-            if connection.throttled and connection.queued <= self.config.max_queued_responses // 2:
-                connection.throttled = False
-                self._resume((connection,))
+            step = connection.after_send(done, max_queued)
+            if step:  # usually NOTHING
+                if step == CLOSE:
+                    self._close(connection, None)
+                elif step == READ_AGAIN:
+                    self._resume((connection,))  # its frames, then its interest
+                else:  # NEW_INTEREST
+                    self._update_interest(connection)
 
     def _update_interest(self, connection) -> None:
+        """Apply the connection's ``interest()`` to the selector: the one place that does."""
         if connection.closed:  # e.g. resumed, then closed for a malformed frame it had sent meanwhile
             return
-        events = 0
-        if not (connection.paused or connection.throttled or connection.closing or self.stopping):
-            events |= selectors.EVENT_READ
-        if connection.wants_write:
-            events |= selectors.EVENT_WRITE
+        events = connection.interest(self.stopping)
         try:
             if events:
                 self.selector.modify(connection.sock, events, connection)
@@ -387,7 +370,7 @@ class Acceptor(ChildProcess):
             pass  # not registered: accepting was paused
         self.listener.close()
         for connection in list(self.connections.values()):
-            connection.closing = True
+            connection.begin_closing()
             self._update_interest(connection)
             self._to_send.add(connection)
         log.info("stopping: %d connections, %d produces in flight", len(self.connections), self.router.in_flight)

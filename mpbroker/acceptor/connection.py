@@ -16,11 +16,23 @@ client that sends requests without reading the answers (``max.queued.responses``
 (``request.receive.timeout.ms``); the acceptor's sweep (``limits``) reads both.
 Receive buffers come from the acceptor's shared scratch buffer (``FrameReader``), so
 an idle connection holds none.
+
+A connection owns its state: every transition is a method here, so no other module
+sets a flag and the rules sit in one place. The router pauses a connection whose
+produce filled a worker's queue and unpauses it once the queue drained (``pause``,
+``unpause``); ``handle_frames`` throttles it when ``max.queued.responses`` answers
+wait, and ``after_send`` lifts that once the client read half of them (and notes
+whether a send waits for the socket); the acceptor's stop makes it ``begin_closing``.
+``interest()`` turns the flags into the selector events, which the acceptor applies
+to its selector in one place. A closed connection ignores every transition. The
+flags are read through properties; ``closed`` and ``queued``, read on the hot path,
+are plain attributes, set only here.
 """
 
 import os
 import socket
 from collections import deque
+from selectors import EVENT_READ, EVENT_WRITE
 
 from mpbroker.codec.framing import FrameReader
 from mpbroker.ipc.counters import BYTES_SENT
@@ -29,6 +41,12 @@ from mpbroker.segments.log_view import FileRange
 REQUEST_TYPE_BYTES = 2  # the least a request frame holds
 
 _MAX_IOV = 64
+
+# What the acceptor does after a send (``Connection.after_send``); NOTHING, the usual, is 0.
+NOTHING = 0
+NEW_INTEREST = 1  # apply ``interest()`` to the selector: a send now waits for the socket, or no longer
+READ_AGAIN = 2  # throttled no more: handle the frames that arrived, then apply ``interest()``
+CLOSE = 3  # closing, and every answer went out
 
 
 class Response:
@@ -44,8 +62,8 @@ class Response:
 
 
 class Connection:
-    __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "queued", "paused", "throttled", "closing",
-                 "closed", "wants_write", "number", "counters", "bytes_sent", "last_active")
+    __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "queued", "_paused", "_throttled", "_closing",
+                 "closed", "_wants_write", "number", "counters", "bytes_sent", "_last_active")
 
     def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int, counters, scratch: bytearray,
                  now: float):
@@ -56,15 +74,15 @@ class Connection:
         self.responses = deque()  # in request order; the head may still wait for a worker
         self.output = deque()  # parts of ready responses, in order: bytes or FileRange (holding its file)
         self.queued = 0  # answers queued and not yet sent (a MULTIFETCH counts per partition)
-        self.paused = False  # not reading: a worker's queue is over its limit
-        self.throttled = False  # not reading: too many answers wait until the client reads them
-        self.closing = False  # close once the queued responses are out
+        self._paused = False  # not reading: a worker's queue is over its limit
+        self._throttled = False  # not reading: too many answers wait until the client reads them
+        self._closing = False  # close once the queued responses are out
         self.closed = False
-        self.wants_write = False  # registered for EVENT_WRITE
+        self._wants_write = False  # a send waits for room in the socket: EVENT_WRITE
         self.number = number
         self.counters = counters  # the acceptor's CounterTable row (bytes sent)
         self.bytes_sent = 0
-        self.last_active = now  # time.monotonic() of the last byte received or sent
+        self._last_active = now  # time.monotonic() of the last byte received or sent
 
     def __repr__(self) -> str:
         return f"connection #{self.number} from {self.peer}"
@@ -88,23 +106,140 @@ class Connection:
     def awaiting_worker(self) -> bool:
         """The broker owes this client: its next answer waits for a worker, or its
         requests wait for room in a worker's queue."""
-        return self.paused or bool(self.responses and not self.responses[0].ready)
+        return self._paused or bool(self.responses and not self.responses[0].ready)
 
-    def send(self) -> bool:
+    # --- state: read-only outside; the transitions below change it ----------------
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def throttled(self) -> bool:
+        return self._throttled
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
+
+    @property
+    def wants_write(self) -> bool:
+        return self._wants_write
+
+    @property
+    def last_active(self) -> float:
+        return self._last_active
+
+    def interest(self, stopping: bool) -> int:
+        """The selector events to wait for: EVENT_READ unless paused, throttled, closing
+        or the acceptor is ``stopping``; EVENT_WRITE while a send waits for the socket;
+        0 once closed."""
+        if self.closed:
+            return 0
+        events = 0
+        if not (self._paused or self._throttled or self._closing or stopping):
+            events = EVENT_READ
+        if self._wants_write:
+            events |= EVENT_WRITE
+        return events
+
+    # --- transitions ------------------------------------------------------------------
+
+    def pause(self) -> bool:
+        """Stop reading: a worker's queue is over its limit (the router). True if this
+        paused it; False if it was paused already, or is closed."""
+        if self._paused or self.closed:
+            return False
+        self._paused = True
+        return True
+
+    def unpause(self) -> None:
+        """The worker's queue drained (or the worker died): read on, unless throttled or
+        closing. The acceptor handles the frames that arrived meanwhile."""
+        if not self.closed:
+            self._paused = False
+
+    def begin_closing(self) -> None:
+        """Read no more requests; close once the queued answers are out (``after_send``)."""
+        if not self.closed:
+            self._closing = True
+
+    def handle_frames(self, handlers, max_queued: int) -> bool:
+        """Hand each whole frame received to ``handlers.handle(self, frame)``, in order,
+        until none is left, the connection is paused (a handler's produce filled a
+        worker's queue) or closed, or ``max_queued`` answers wait: then it is throttled
+        until its client has read half of them (``after_send``). True if it is not to be
+        read now (paused or throttled): the acceptor applies ``interest()``. A
+        handler's exception propagates."""
+        reader = self.reader
+        while not self._paused and not self.closed:
+            if self.queued >= max_queued:
+                self._throttled = True
+                break
+            frame = reader.next_frame()
+            if frame is None:
+                break
+            handlers.handle(self, frame)
+        return self._paused or self._throttled
+
+    def after_send(self, done: bool, max_queued: int) -> int:
+        """What the acceptor does after ``send()`` returned ``done``: ``CLOSE`` a closing
+        connection whose answers are all out; ``READ_AGAIN`` a throttled one whose
+        client has read half of ``max_queued`` answers (it is read again; its interest
+        follows its frames); ``NEW_INTEREST`` when a send starts or stops waiting for
+        the socket; else ``NOTHING``."""
+        if self.closed:
+            return NOTHING
+        if done and self._closing and not self.responses and not self.output:
+            return CLOSE
+        step = NOTHING
+        if self._wants_write == done:  # it changes to ``not done``
+            self._wants_write = not done
+            step = NEW_INTEREST
+        if self._throttled and self.queued <= max_queued // 2:
+            self._throttled = False
+            step = READ_AGAIN
+        return step
+
+    # --- bytes in and out -------------------------------------------------------------
+
+    def receive(self, now: float) -> int:
+        """Receive what the socket holds into the reader, at time ``now``: the byte
+        count, 0 if the peer closed, -1 if there was nothing. Raises OSError if the
+        socket failed."""
+        reader = self.reader
+        try:
+            view = reader.receive_buffer()
+            received = self.sock.recv_into(view)
+            del view
+        except (BlockingIOError, InterruptedError):
+            reader.detach()  # the pending frame start was put back into the shared scratch buffer
+            return -1
+        if received:
+            reader.commit(received, now)
+            self._last_active = now
+        return received
+
+    def send(self, now: float) -> bool:
         """Send what is ready, in order; True if nothing ready is left waiting for the
-        socket. Raises OSError if the peer is gone."""
+        socket. ``now`` is the last activity if a byte went out. Raises OSError if the
+        peer is gone."""
         responses, output = self.responses, self.output
         while responses and responses[0].ready:
             output.extend(responses.popleft().parts)
+        sent_before = self.bytes_sent
         while output:
             if type(output[0]) is FileRange:
                 if not self._send_file(output):
-                    return False
+                    break
                 output.popleft().file.release()
             elif not self._send_buffers(output):
-                return False
-        self.queued = len(responses)  # what is left waits for a worker
-        return True
+                break
+        else:
+            self.queued = len(responses)  # what is left waits for a worker
+        if self.bytes_sent != sent_before:
+            self._last_active = now
+        return not output
 
     def _send_buffers(self, output) -> bool:
         """One sendmsg of the leading byte buffers; True if all of them went out."""

@@ -12,14 +12,17 @@ new produces for its partitions fail the same way; fetches go on (they are serve
 from the files).
 
 Backpressure: when a route's outbox holds more than its limit, the connection that
-pushed it over stops being read until the outbox drains to half.
+pushed it over is paused (``Connection.pause``: not read) until the outbox drains to
+half; then it is unpaused and handed back to be read again.
 
 The router never calls back into the acceptor: closing or resuming a connection runs
 the acceptor's code, which may pause or forget connections, and the router may be
-iterating its own sets at that moment. Its calls instead hand back what is left to do
-(``Outcome``: connections to close, whose answers became ready, to read again), and
-the acceptor acts on that once the router is done. A fire-and-forget produce that
-cannot be queued raises ``ProduceRefused`` to the request's handler.
+iterating its own sets at that moment. It sets no connection state either: it asks
+the connection to ``pause`` or ``unpause``, which changes the connection's flag and
+nothing else. Its calls hand back what is left to do (``Outcome``: connections to
+close, whose answers became ready, to read again), and the acceptor acts on that once
+the router is done. A fire-and-forget produce that cannot be queued raises
+``ProduceRefused`` to the request's handler.
 """
 
 import collections
@@ -101,8 +104,7 @@ class Router:
                 fragment_bytes = len(parts[0]) + len(parts[1]) + len(parts[2])
                 route.outbox.append((False, parts, fragment_bytes))
                 route.outbox_bytes += fragment_bytes
-        if route.outbox_bytes > route.outbox_limit and not connection.paused:
-            connection.paused = True
+        if route.outbox_bytes > route.outbox_limit and connection.pause():
             route.paused.add(connection)
 
     def flush_outboxes(self):
@@ -123,7 +125,7 @@ class Router:
         (a resumed connection may pause again)."""
         connections, route.paused = route.paused, set()
         for connection in connections:
-            connection.paused = False
+            connection.unpause()
         return list(connections)
 
     @staticmethod

@@ -41,7 +41,7 @@ def test_ranges_go_out_in_order_across_partial_sends(tmp_path):
     expected = b"head" + DATA[5:5 + (2 << 20)] + b"middle" + DATA[1000:701_000] + b"tail"
     received = bytearray()
     partial_sends = 0
-    while not connection.send():
+    while not connection.send(time.monotonic()):
         partial_sends += 1
         assert file.refs == sum(type(part) is FileRange for part in connection.output)  # held until sent
         received += peer.recv(1 << 20)
@@ -66,7 +66,7 @@ def test_close_gives_back_every_reference_sent_or_not(tmp_path):
     connection.respond([b"y", held(file, 10, 100)])
     waiting = connection.reserve()  # an answer still waiting for a worker
     waiting.parts.append(held(file, 20, 200))
-    assert not connection.send()  # part of the first range went out
+    assert not connection.send(time.monotonic())  # part of the first range went out
     assert file.refs == 3
     file.retire()  # retention removed it meanwhile
     assert file.fd >= 0
