@@ -11,6 +11,7 @@ import logging
 from kazoo.exceptions import NoNodeError
 
 from mpbroker.registry import layout
+from mpbroker.registry.replication import PARTITIONS_CHILD
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ def read_topic_partitions(client, topic: str, watch=None) -> list:
         return []
     partitions = []
     for name in broker_ids:
+        if name == PARTITIONS_CHILD:  # a replicated topic's partition states, not a broker
+            continue
         try:
             broker_id = int(name)
             data, _ = client.get(f"{path}/{name}")

@@ -1,0 +1,116 @@
+"""``mpbroker-topics``: create, list and describe replicated topics (Kafka 0.8's
+``kafka-topics``), in ZooKeeper.
+
+    mpbroker-topics --zookeeper HOST:PORT[,..][/chroot] create --topic T --partitions N
+        --replication-factor R
+    mpbroker-topics --zookeeper ZK list
+    mpbroker-topics --zookeeper ZK describe [--topic T] [--under-replicated]
+
+``create`` places N partitions of R replicas each over the brokers registered now
+(leaders round-robin, followers spread: ``mpbroker.registry.replication``) and writes
+the assignment in one operation; fewer live brokers than R is an error and nothing is
+written. ``list`` prints the replicated topics, one a line. ``describe`` prints per
+partition its leader, leader epoch, replicas and in-sync replicas (``-`` until the
+controller has elected a leader); ``--under-replicated`` only the partitions whose ISR
+is smaller than their replicas. Topics created the 0.7 way, by a produce, are not
+replicated: they are not listed, and describing one says so. The partitions' leaders,
+epochs and ISRs are the controller's to write (``mpbroker.registry.replication``);
+``describe`` shows ``-`` for a partition no controller has elected a leader for.
+
+Exit codes, as the console tools have them: 0 done; 1 the topic exists already, or a
+node in ZooKeeper does not parse; 2 bad arguments, an invalid or unknown topic, too
+few brokers for the replication factor; 3 no ZooKeeper server answered within
+``--zk-timeout-ms``. Errors are one line on standard error.
+"""
+
+import argparse
+import sys
+
+from mpbroker.cli.failure import fail
+from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.registry import topic_admin
+from mpbroker.registry.layout import LayoutError
+from mpbroker.registry.replication import PlacementError
+from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable, close_client, start_client
+
+PROG = "mpbroker-topics"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
+ZK_TIMEOUT_MS = 10_000
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="create, list and describe replicated topics")
+    parser.add_argument("--zookeeper", required=True, metavar="HOST:PORT[/chroot]",
+                        help="the cluster's zk.connect")
+    parser.add_argument("--zk-timeout-ms", type=int, default=ZK_TIMEOUT_MS,
+                        help=f"how long to wait for ZooKeeper (default {ZK_TIMEOUT_MS})")
+    commands = parser.add_subparsers(dest="command", required=True)
+    create = commands.add_parser("create", help="create a replicated topic")
+    create.add_argument("--topic", required=True)
+    create.add_argument("--partitions", type=int, required=True)
+    create.add_argument("--replication-factor", type=int, required=True)
+    commands.add_parser("list", help="the replicated topics")
+    describe = commands.add_parser("describe", help="leader, epoch, replicas and ISR per partition")
+    describe.add_argument("--topic", help="only this topic")
+    describe.add_argument("--under-replicated", action="store_true",
+                          help="only partitions whose ISR is smaller than their replicas")
+    return parser
+
+
+def _ids(brokers) -> str:
+    return ",".join(map(str, brokers))
+
+
+def _describe_lines(partitions, only_under_replicated: bool) -> list:
+    lines = []
+    for info in partitions:
+        if only_under_replicated and not info.under_replicated:
+            continue
+        state = info.state
+        leader = "-" if state is None or state.leader < 0 else str(state.leader)
+        epoch = "-" if state is None else str(state.leader_epoch)
+        isr = "-" if state is None else _ids(state.isr)
+        lines.append(f"topic: {info.topic}\tpartition: {info.partition}\tleader: {leader}\tleader_epoch: {epoch}"
+                     f"\treplicas: {_ids(info.replicas)}\tisr: {isr}")
+    return lines
+
+
+def _run(client, args, out) -> int:
+    if args.command == "create":
+        assignment = topic_admin.create_topic(client, args.topic, args.partitions, args.replication_factor)
+        print(f"created topic {args.topic!r}: {len(assignment)} partitions, replication factor "
+              f"{args.replication_factor}", file=out)
+        for partition, replicas in sorted(assignment.items()):
+            print(f"  partition {partition}: replicas {_ids(replicas)}", file=out)
+    elif args.command == "list":
+        for topic in topic_admin.replicated_topics(client):
+            print(topic, file=out)
+    else:
+        topics = [args.topic] if args.topic else topic_admin.replicated_topics(client)
+        for topic in topics:
+            for line in _describe_lines(topic_admin.describe_topic(client, topic), args.under_replicated):
+                print(line, file=out)
+    return EXIT_OK
+
+
+def main(argv=None, stdout=None) -> int:
+    args = _parser().parse_args(argv)
+    out = stdout or sys.stdout
+    try:
+        client = start_client(args.zookeeper, 30_000, args.zk_timeout_ms, create_chroot=args.command == "create")
+    except ZooKeeperUnavailable as exc:
+        return fail(PROG, exc, EXIT_UNREACHABLE)
+    try:
+        return _run(client, args, out)
+    except (InvalidTopicError, PlacementError, topic_admin.UnknownTopic) as exc:
+        return fail(PROG, exc, EXIT_USAGE)
+    except (topic_admin.TopicExists, LayoutError) as exc:
+        return fail(PROG, exc, EXIT_FAILED)
+    except ZK_ERRORS as exc:
+        return fail(PROG, f"ZooKeeper call failed: {exc!r}", EXIT_UNREACHABLE)
+    finally:
+        close_client(client)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

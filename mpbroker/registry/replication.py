@@ -1,0 +1,130 @@
+"""The ZooKeeper layout of replicated topics (Kafka 0.8's), and where each partition's
+replicas go. No I/O here: the topics tool, the controller and the clients build their
+paths and parse their values with these.
+
+    /brokers/topics/<topic>                          {"version":1,"partitions":{"0":[1,2,3],...}}
+    /brokers/topics/<topic>/partitions/<p>/state     {"version":1,"leader":L,"leader_epoch":E,
+                                                      "isr":[...],"controller_epoch":C}
+    /controller                                      {"version":1,"brokerid":B,"timestamp":"<ms>"}  ephemeral
+    /controller_epoch                                "<epoch>"
+
+A replicated topic is one whose ``/brokers/topics/<topic>`` node holds an assignment;
+its partitions are numbered per topic (0..N-1), each placed on the brokers its list
+names, the first being the preferred leader. A topic created the 0.7 way (by a
+produce, no assignment) has an empty value there and only the brokers' ephemeral
+``<broker id>`` children (``layout``); the two kinds share the node, so a 0.7 reader
+skips the ``partitions`` child.
+
+Placement (``assign_replicas``) follows Kafka 0.8's rule: the brokers sorted by id,
+partition p's first replica on broker ``(start + p) mod n`` so leaders go round-robin,
+and the other replicas at a distance from the first that grows by one every n
+partitions, so that followers spread too: any two brokers share about as many
+partitions, and a dead broker's leaderships fall on all the others.
+"""
+
+import json
+import random
+from typing import NamedTuple
+
+from mpbroker.registry.layout import LayoutError, topic_path
+
+CONTROLLER = "/controller"
+CONTROLLER_EPOCH = "/controller_epoch"
+PARTITIONS_CHILD = "partitions"  # the child of /brokers/topics/<topic> that is not a broker id
+NO_LEADER = -1
+
+
+class PartitionState(NamedTuple):
+    leader: int  # broker id, NO_LEADER when none is alive in the ISR
+    leader_epoch: int
+    isr: tuple  # broker ids of the in-sync replicas, leader included
+    controller_epoch: int
+
+    def value(self) -> bytes:
+        return json.dumps({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                           "isr": list(self.isr), "controller_epoch": self.controller_epoch},
+                          separators=(",", ":")).encode()
+
+
+def partitions_path(topic: str) -> str:
+    return f"{topic_path(topic)}/{PARTITIONS_CHILD}"
+
+
+def partition_state_path(topic: str, partition: int) -> str:
+    return f"{partitions_path(topic)}/{partition}/state"
+
+
+# --- the assignment -----------------------------------------------------------------
+
+def assignment_value(assignment: dict) -> bytes:
+    """``{partition: [broker ids]}`` as the node value."""
+    partitions = {str(partition): list(replicas) for partition, replicas in sorted(assignment.items())}
+    return json.dumps({"version": 1, "partitions": partitions}, separators=(",", ":")).encode()
+
+
+def parse_assignment(topic: str, value: bytes):
+    """The assignment ``{partition: [broker ids]}`` in a topic node's value, or None for a
+    topic created the 0.7 way (an empty value). LayoutError for anything else."""
+    if not value:
+        return None
+    where = f"{topic_path(topic)}: {value[:100]!r}"
+    try:
+        document = json.loads(value)
+        partitions = document["partitions"]
+        assignment = {int(partition): [int(broker) for broker in replicas]
+                      for partition, replicas in partitions.items()}
+    except (ValueError, TypeError, KeyError, AttributeError):
+        raise LayoutError(f"{where} is not a replica assignment") from None
+    if sorted(assignment) != list(range(len(assignment))) or not assignment:
+        raise LayoutError(f"{where}: the partitions are not numbered 0..N-1")
+    for partition, replicas in assignment.items():
+        if not replicas or len(set(replicas)) != len(replicas):
+            raise LayoutError(f"{where}: partition {partition} has no replicas, or one twice")
+    return assignment
+
+
+def parse_partition_state(topic: str, partition: int, value: bytes) -> PartitionState:
+    try:
+        document = json.loads(value)
+        state = PartitionState(int(document["leader"]), int(document["leader_epoch"]),
+                               tuple(int(broker) for broker in document["isr"]),
+                               int(document["controller_epoch"]))
+    except (ValueError, TypeError, KeyError):
+        raise LayoutError(f"{partition_state_path(topic, partition)}: {value[:100]!r} "
+                          "is not a partition state") from None
+    return state
+
+
+# --- placement ----------------------------------------------------------------------
+
+class PlacementError(ValueError):
+    """More replicas asked for than there are brokers, or no partitions."""
+
+
+def assign_replicas(broker_ids, partitions: int, replication_factor: int, *, start: int | None = None,
+                    shift: int | None = None, rng=random) -> dict:
+    """``{partition: [broker ids]}`` for ``partitions`` partitions of ``replication_factor``
+    replicas each over ``broker_ids`` (see the module docstring). ``start`` and ``shift``
+    (random when None) make a placement repeatable."""
+    brokers = sorted(set(broker_ids))
+    count = len(brokers)
+    if partitions < 1:
+        raise PlacementError(f"--partitions must be at least 1, not {partitions}")
+    if replication_factor < 1:
+        raise PlacementError(f"--replication-factor must be at least 1, not {replication_factor}")
+    if replication_factor > count:
+        raise PlacementError(f"replication factor {replication_factor} needs {replication_factor} live brokers; "
+                             f"{count} registered ({', '.join(map(str, brokers)) or 'none'})")
+    start = rng.randrange(count) if start is None else start
+    shift = rng.randrange(count) if shift is None else shift
+    assignment = {}
+    for partition in range(partitions):
+        if partition > 0 and partition % count == 0:
+            shift += 1  # a new round over the brokers: the followers move one further
+        first = (start + partition) % count
+        replicas = [brokers[first]]
+        for replica in range(1, replication_factor):
+            distance = 1 + (shift + replica - 1) % (count - 1)
+            replicas.append(brokers[(first + distance) % count])
+        assignment[partition] = replicas
+    return assignment

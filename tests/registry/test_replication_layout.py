@@ -1,0 +1,88 @@
+"""The layout of replicated topics (mpbroker.registry.replication): node values written
+and read back, refusals of values that are not Kafka 0.8's, and the placement of
+replicas (distinct brokers, leaders round-robin, followers spread)."""
+
+import collections
+import itertools
+import random
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from mpbroker.registry.layout import LayoutError
+from mpbroker.registry.replication import (
+    PartitionState,
+    PlacementError,
+    assign_replicas,
+    assignment_value,
+    parse_assignment,
+    parse_partition_state,
+    partition_state_path,
+)
+
+
+def test_assignment_round_trip_in_kafkas_format():
+    value = assignment_value({1: [2, 3, 1], 0: [1, 2, 3]})
+    assert value == b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1]}}'
+    assert parse_assignment("t", value) == {0: [1, 2, 3], 1: [2, 3, 1]}
+
+
+def test_a_topic_created_the_07_way_has_no_assignment():
+    assert parse_assignment("t", b"") is None
+
+
+@pytest.mark.parametrize("value", [b"not json", b"[]", b'{"version":1}', b'{"partitions":{"0":[1],"2":[1]}}',
+                                   b'{"partitions":{"0":[]}}', b'{"partitions":{"0":[1,1]}}',
+                                   b'{"partitions":{}}', b'{"partitions":{"x":[1]}}'])
+def test_values_that_are_not_an_assignment_are_refused(value):
+    with pytest.raises(LayoutError, match="/brokers/topics/t"):
+        parse_assignment("t", value)
+
+
+def test_partition_state_round_trip():
+    state = PartitionState(leader=2, leader_epoch=7, isr=(2, 3), controller_epoch=4)
+    assert parse_partition_state("t", 0, state.value()) == state
+    assert partition_state_path("t", 5) == "/brokers/topics/t/partitions/5/state"
+    with pytest.raises(LayoutError, match="partitions/0/state"):
+        parse_partition_state("t", 0, b'{"leader":1}')
+
+
+def test_placement_of_kafkas_example():
+    # 5 brokers, 10 partitions, 3 replicas, start 0, shift 0: leaders 0..4 twice, and the
+    # followers one further apart in the second round.
+    assignment = assign_replicas([4, 2, 0, 1, 3], 10, 3, start=0, shift=0)
+    assert assignment[0] == [0, 1, 2] and assignment[4] == [4, 0, 1]
+    assert assignment[5] == [0, 2, 3] and assignment[9] == [4, 1, 2]
+
+
+def test_too_few_brokers_or_bad_counts_are_refused():
+    with pytest.raises(PlacementError, match="needs 3 live brokers; 2 registered"):
+        assign_replicas([1, 2], 4, 3)
+    with pytest.raises(PlacementError, match="partitions"):
+        assign_replicas([1, 2], 0, 1)
+    with pytest.raises(PlacementError, match="replication-factor"):
+        assign_replicas([1, 2], 1, 0)
+
+
+@given(brokers=st.sets(st.integers(0, 1000), min_size=1, max_size=9), partitions=st.integers(1, 60),
+       data=st.data())
+def test_placement_properties(brokers, partitions, data):
+    factor = data.draw(st.integers(1, len(brokers)))
+    assignment = assign_replicas(brokers, partitions, factor, rng=random.Random(data.draw(st.integers())))
+    assert sorted(assignment) == list(range(partitions))
+    for replicas in assignment.values():
+        assert len(replicas) == factor and len(set(replicas)) == factor and set(replicas) <= brokers
+    leaders = collections.Counter(replicas[0] for replicas in assignment.values())
+    assert max(leaders.values()) - min(leaders.get(b, 0) for b in brokers) <= 1  # leaders round-robin
+    if factor > 1 and partitions >= len(brokers) * (len(brokers) - 1):
+        # followers spread: every broker follows some partition
+        followers = {broker for replicas in assignment.values() for broker in replicas[1:]}
+        assert followers == brokers
+
+
+def test_pairs_of_brokers_share_partitions_evenly():
+    assignment = assign_replicas(range(4), 48, 2, start=1, shift=2)
+    pairs = collections.Counter(frozenset(replicas) for replicas in assignment.values())
+    assert set(pairs) == {frozenset(pair) for pair in itertools.combinations(range(4), 2)}
+    assert max(pairs.values()) - min(pairs.values()) <= 4
