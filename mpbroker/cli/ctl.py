@@ -101,7 +101,9 @@ def format_status(status: dict) -> str:
         if zookeeper:
             out.append(f"zookeeper {zookeeper['zk_connect']}: {zookeeper['state']}, "
                        f"{'registered' if zookeeper['registered'] else 'not registered'}, "
-                       f"{zookeeper['topics']} topics")
+                       f"{zookeeper['topics']} topics"
+                       + (f", the controller (epoch {zookeeper['controller_epoch']})"
+                          if zookeeper.get("controller_epoch") else ""))
         else:
             out.append("zookeeper: no report from the registrar yet")
         out.append("")

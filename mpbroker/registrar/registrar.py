@@ -20,6 +20,10 @@ Its life, driven by the supervisor over the control channel:
    same client for ever (the old session is expired by then anyway).
 4. On ``stop`` (or TERM) delete the nodes and close the session.
 
+While registered it also runs the controller (``controller``) on the same session:
+one broker of the cluster elects the leaders of the replicated topics' partitions. A
+stop resigns the controllership first, so another broker takes over at once.
+
 Its state goes to the supervisor as ``zk_state`` messages, which ``mpbroker-ctl
 status`` shows; the first one saying ``registered`` after ``register`` is what the
 supervisor waits for (at most zk.connectiontimeout.ms) before it tells systemd READY=1.
@@ -34,6 +38,7 @@ from mpbroker.ipc.control import Op
 from mpbroker.process.child import ChildProcess
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
+from mpbroker.registrar.controller import Controller
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import (
     TRANSIENT,
@@ -64,6 +69,7 @@ class Registrar(ChildProcess):
                                       port)
         self.client = None
         self.registration = None
+        self.controller = None  # made with each client: the controller runs on the broker's session
         self.checked = False
         self.serving = False  # the supervisor said "register"
         self.conflict = False  # the broker id belongs to another live broker
@@ -115,6 +121,8 @@ class Registrar(ChildProcess):
                 self.channel.send(Op.CHECKED, zookeeper=True)
             if self.serving:
                 self._register()
+                if self.registration.registered_session is not None:  # only a live broker controls
+                    self.controller.step()
         except (ZooKeeperUnavailable, *TRANSIENT) as exc:
             self._report_unreachable(exc)
         except BrokerIdConflict as exc:
@@ -132,6 +140,7 @@ class Registrar(ChildProcess):
         self.client.add_listener(self._on_state)
         self.client.start_async()
         self.registration = BrokerRegistration(self.client, self.info)
+        self.controller = Controller(self.client, self.config.brokerid)
 
     def _replace_client_kept_away(self) -> None:
         now = time.monotonic()
@@ -146,6 +155,7 @@ class Registrar(ChildProcess):
                     self.config.zk_connect, now - self._away_since)
         self._close()
         self.registration = None
+        self.controller = None
         self._away_since = None
         self._next_scan = 0.0
 
@@ -202,6 +212,7 @@ class Registrar(ChildProcess):
             "registered": bool(connected and registration and registration.registered_session is not None
                                and registration.registered_session == self.client.client_id[0]),
             "topics": len(registration.topics) if registration else 0,
+            "controller_epoch": self.controller.epoch if self.controller is not None else None,
             "zk_connect": self.config.zk_connect,
         }
         if state != self._reported:
@@ -213,6 +224,8 @@ class Registrar(ChildProcess):
     def _deregister(self) -> None:
         if self.registration is not None and self.client is not None and self.client.connected:
             try:
+                if self.controller is not None:
+                    self.controller.resign()  # another broker takes over without waiting for the session
                 self.registration.deregister()
             except ZK_ERRORS as exc:
                 log.warning("could not delete the registrations (%s); they go with the session", exc)

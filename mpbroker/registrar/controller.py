@@ -1,0 +1,184 @@
+"""The controller: one broker of the cluster elects the leaders of the replicated
+topics' partitions and writes their states to ZooKeeper (Kafka 0.8's
+``KafkaController``, reduced to what mpbroker needs so far).
+
+It runs in the registrar process, on the broker's own ZooKeeper session: a broker
+that lost its session has lost its registration and its controllership together.
+
+Becoming the controller: create the ephemeral ``/controller`` node (the first broker
+to do so wins; the others watch for it to go), then bump ``/controller_epoch`` with a
+conditional write. The epoch is in every state the controller writes, so a state
+written by a newer controller is never overwritten by an older one: before each write
+the controller checks that the state's epoch is not newer than its own (if it is, it
+resigns), and each write is conditional on the version of the node it read, so a
+write that raced with another fails and is read again at the next round.
+
+Every round (``ROUND_S``, and at once when the live brokers change) it reads the live
+brokers and every replicated topic's assignment and states, and writes what
+``leader_election`` decides: a first state for a partition that has none, a new
+leader or a smaller ISR after brokers died, an ISR member elected when the partition
+was offline. Unclean election (a replica outside the ISR) is off unless asked for.
+"""
+
+import json
+import logging
+import time
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from mpbroker.registrar.leader_election import first_state, next_state
+from mpbroker.registry import replication
+from mpbroker.registry.layout import LayoutError
+from mpbroker.registry.topic_admin import live_brokers, replicated_topics
+
+log = logging.getLogger(__name__)
+
+ROUND_S = 1.0
+
+
+class Controller:
+    def __init__(self, client, broker_id: int, *, unclean: bool = False):
+        self.client = client
+        self.broker_id = broker_id
+        self.unclean = unclean
+        self.epoch = None  # the controller epoch while this broker is the controller
+        self._next_round = 0.0
+        self._live = None  # the live brokers of the last round
+
+    @property
+    def active(self) -> bool:
+        return self.epoch is not None
+
+    def step(self) -> None:
+        """Once per registrar step: take the controllership if it is free; while holding
+        it (checked each step: a controller that lost its node stops at once), run a
+        round when one is due or the live brokers changed. ZooKeeper errors propagate
+        (the registrar retries)."""
+        now = time.monotonic()
+        if not self.active:
+            self._try_to_become_controller()
+            if not self.active:
+                return
+        if not self._still_controller():
+            return
+        live = set(live_brokers(self.client))
+        if now < self._next_round and live == self._live:
+            return
+        self._next_round = now + ROUND_S
+        self._live = live
+        for topic in replicated_topics(self.client):
+            self._elect(topic, live)
+
+    def resign(self) -> None:
+        """Stop acting as the controller (and give the node up if it is ours)."""
+        if self.active:
+            log.info("no longer the controller (epoch %d)", self.epoch)
+        self.epoch = None
+        self._live = None
+        try:
+            value, stat = self.client.get(replication.CONTROLLER)
+            if stat.ephemeralOwner == self.client.client_id[0]:
+                self.client.delete(replication.CONTROLLER, version=stat.version)
+        except (NoNodeError, BadVersionError):
+            pass
+
+    # --- becoming the controller ---------------------------------------------------
+
+    def _try_to_become_controller(self) -> None:
+        if self.client.exists(replication.CONTROLLER):  # a read: the usual case costs no failed write
+            return
+        value = json.dumps({"version": 1, "brokerid": self.broker_id, "timestamp": str(int(time.time() * 1000))})
+        try:
+            self.client.create(replication.CONTROLLER, value.encode(), ephemeral=True)
+        except NodeExistsError:
+            return
+        try:
+            self.epoch = self._bump_epoch()
+        except BadVersionError:
+            log.warning("another controller bumped the controller epoch meanwhile; resigning")
+            self.resign()
+            return
+        except LayoutError as exc:
+            log.error("%s; not taking the controllership", exc)
+            self.resign()
+            return
+        self._live = None
+        log.info("this broker is the controller (epoch %d)", self.epoch)
+
+    def _bump_epoch(self) -> int:
+        try:
+            value, stat = self.client.get(replication.CONTROLLER_EPOCH)
+        except NoNodeError:
+            try:
+                self.client.create(replication.CONTROLLER_EPOCH, b"1")
+                return 1
+            except NodeExistsError:
+                raise BadVersionError() from None
+        try:
+            epoch = int(value.decode()) + 1
+        except ValueError:
+            raise LayoutError(f"{replication.CONTROLLER_EPOCH}: {value[:100]!r} is not an epoch") from None
+        self.client.set(replication.CONTROLLER_EPOCH, str(epoch).encode(), version=stat.version)
+        return epoch
+
+    def _still_controller(self) -> bool:
+        try:
+            _, stat = self.client.get(replication.CONTROLLER)
+        except NoNodeError:
+            stat = None
+        if stat is None or stat.ephemeralOwner != self.client.client_id[0]:
+            log.warning("the /controller node is no longer this session's; resigning")
+            self.epoch = None
+            self._live = None
+            return False
+        return True
+
+    # --- one round -------------------------------------------------------------------
+
+    def _elect(self, topic: str, live: set) -> None:
+        try:
+            value, _ = self.client.get(replication.topic_path(topic))
+            assignment = replication.parse_assignment(topic, value)
+        except NoNodeError:
+            return
+        except LayoutError as exc:
+            log.error("%s; its partitions get no leader", exc)
+            return
+        for partition, replicas in sorted((assignment or {}).items()):
+            if not self.active:
+                return
+            self._elect_partition(topic, partition, replicas, live)
+
+    def _elect_partition(self, topic: str, partition: int, replicas, live: set) -> None:
+        path = replication.partition_state_path(topic, partition)
+        try:
+            value, stat = self.client.get(path)
+        except NoNodeError:
+            state = first_state(replicas, live, self.epoch)
+            if state is not None:
+                try:
+                    self.client.create(path, state.value(), makepath=True)
+                    log.info("%s-%d: leader %d, ISR %s (new partition)", topic, partition, state.leader,
+                             list(state.isr))
+                except NodeExistsError:
+                    pass  # written meanwhile: read again next round
+            return
+        try:
+            current = replication.parse_partition_state(topic, partition, value)
+        except LayoutError as exc:
+            log.error("%s; left as it is", exc)
+            return
+        if current.controller_epoch > self.epoch:
+            log.warning("%s-%d was written by a newer controller (epoch %d > %d); resigning", topic, partition,
+                        current.controller_epoch, self.epoch)
+            self.resign()
+            return
+        state = next_state(current, replicas, live, self.epoch, unclean=self.unclean)
+        if state is None:
+            return
+        try:
+            self.client.set(path, state.value(), version=stat.version)
+        except BadVersionError:
+            return  # changed since read: decided again next round
+        log.info("%s-%d: leader %d, leader epoch %d, ISR %s (live brokers %s)", topic, partition, state.leader,
+                 state.leader_epoch, list(state.isr), sorted(live))

@@ -1,0 +1,154 @@
+"""The controller (mpbroker.registrar.controller) on a real ZooKeeper: one controller
+at a time with a growing epoch, first states for a new topic, failover of leaders when
+a broker's session ends, and a stale controller that can neither overwrite a newer
+state nor keep acting. Then the same with three real brokers: the controller runs in
+a broker's registrar, and SIGKILL of the controller's broker moves both the
+controllership and that broker's leaderships."""
+
+import json
+
+import pytest
+
+from mpbroker.registrar.controller import Controller
+from mpbroker.registry import layout, replication, topic_admin
+from mpbroker.registry.replication import NO_LEADER, PartitionState
+from mpbroker.registry.zk_client import close_client, start_client
+from tests.clients.helpers import wait_for
+
+
+@pytest.fixture
+def sessions(zk_connect):
+    """``open(broker_id)``: a ZooKeeper session of its own holding /brokers/ids/<id>, as a
+    live broker's registrar does (closing it is the broker's death)."""
+    clients = []
+
+    def open_session(broker_id: int):
+        client = start_client(zk_connect, 6000, 30_000)
+        client.create(layout.broker_path(broker_id), b"x:127.0.0.1:1", ephemeral=True, makepath=True)
+        clients.append(client)
+        return client
+
+    yield open_session
+    for client in clients:
+        if client.connected:
+            close_client(client)
+
+
+def states(client, topic: str, partitions: int) -> list:
+    result = []
+    for partition in range(partitions):
+        try:
+            value, _ = client.get(replication.partition_state_path(topic, partition))
+        except Exception:  # noqa: BLE001 - not written yet
+            result.append(None)
+            continue
+        result.append(replication.parse_partition_state(topic, partition, value))
+    return result
+
+
+def test_one_controller_first_states_and_failover(sessions):
+    first, second, third = sessions(1), sessions(2), sessions(3)
+    controllers = [Controller(client, broker_id) for broker_id, client in ((1, first), (2, second), (3, third))]
+    assignment = topic_admin.create_topic(first, "t", 6, 3)
+    for controller in controllers:
+        controller.step()
+    assert [controller.active for controller in controllers] == [True, False, False]
+    assert first.get(replication.CONTROLLER_EPOCH)[0] == b"1"
+    assert json.loads(first.get(replication.CONTROLLER)[0])["brokerid"] == 1
+    assert states(first, "t", 6) == [PartitionState(assignment[p][0], 0, tuple(assignment[p]), 1) for p in range(6)]
+
+    close_client(first)  # broker 1 dies: its session, its registration and /controller go
+    wait_for(lambda: not second.exists(replication.CONTROLLER), 10, what="/controller gone")
+    for controller in controllers[1:]:
+        controller.step()
+    assert [controller.active for controller in controllers[1:]] == [True, False]
+    assert second.get(replication.CONTROLLER_EPOCH)[0] == b"2"
+    for partition, state in enumerate(states(second, "t", 6)):
+        replicas = assignment[partition]
+        assert 1 not in state.isr and state.controller_epoch == 2
+        if replicas[0] == 1:  # its leader died: the next in the assignment, from the ISR
+            assert state.leader == replicas[1] and state.leader_epoch == 1
+        else:
+            assert state.leader == replicas[0] and state.leader_epoch == 1  # only the ISR shrank
+
+
+def test_a_stale_controller_cannot_overwrite_a_newer_state(sessions):
+    old_session, new_session = sessions(1), sessions(2)
+    topic_admin.create_topic(old_session, "t", 1, 2)
+    old = Controller(old_session, 1)
+    old.step()
+    assert old.active and old.epoch == 1
+    # A newer controller took over meanwhile (the old one was paused past its session,
+    # say): its /controller node and epoch 2, and a state it wrote.
+    old_session.delete(replication.CONTROLLER)
+    new = Controller(new_session, 2)
+    new.step()
+    assert new.active and new.epoch == 2
+    path = replication.partition_state_path("t", 0)
+    newer = PartitionState(2, 9, (2,), 2)
+    new_session.set(path, newer.value())
+    old.step()  # it finds /controller is not its own: resigns, writes nothing
+    assert not old.active
+    assert replication.parse_partition_state("t", 0, new_session.get(path)[0]) == newer
+    # Even acting with its old epoch on a state of the newer controller, it resigns.
+    old.epoch = 1
+    old._elect_partition("t", 0, [1, 2], {1})
+    assert not old.active
+    assert replication.parse_partition_state("t", 0, new_session.get(path)[0]) == newer
+
+
+def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessions):
+    by_id = {1: sessions(1), 2: sessions(2)}
+    topic_admin.create_topic(by_id[1], "t", 1, 2)  # placed over brokers 1 and 2
+    observer = sessions(9)  # the controller's broker, not a replica
+    leader, follower = replication.parse_assignment("t", observer.get(layout.topic_path("t"))[0])[0]
+    controller = Controller(observer, 9)
+    controller.step()
+    assert states(observer, "t", 1)[0] == PartitionState(leader, 0, (leader, follower), 1)
+    close_client(by_id[follower])  # the follower dies first: the ISR shrinks to the leader
+    wait_for(lambda: topic_admin.live_brokers(observer) == sorted([leader, 9]), 10, what="the follower gone")
+    controller.step()
+    assert states(observer, "t", 1)[0] == PartitionState(leader, 1, (leader,), 1)
+    close_client(by_id[leader])  # then the last ISR member
+    wait_for(lambda: topic_admin.live_brokers(observer) == [9], 10, what="both replicas gone")
+    controller.step()
+    assert states(observer, "t", 1)[0] == PartitionState(NO_LEADER, 2, (leader,), 1)
+    sessions(follower)  # the follower is back: it may lack acknowledged writes, so no leader
+    wait_for(lambda: len(topic_admin.live_brokers(observer)) == 2, 10, what="the follower back")
+    controller.step()
+    assert states(observer, "t", 1)[0].leader == NO_LEADER
+    sessions(leader)  # the last ISR member is back: elected
+    wait_for(lambda: len(topic_admin.live_brokers(observer)) == 3, 10, what="the leader back")
+    controller.step()
+    assert states(observer, "t", 1)[0] == PartitionState(leader, 3, (leader,), 1)
+
+
+def test_the_controller_runs_in_a_brokers_registrar_and_fails_over(broker_factory, zk_connect):
+    brokers = {i: broker_factory(f"b{i}", enable_zookeeper="true", zk_connect=zk_connect, brokerid=i,
+                                 zk_sessiontimeout_ms=4000) for i in (1, 2, 3)}
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        wait_for(lambda: topic_admin.live_brokers(client) == [1, 2, 3], 20, what="three brokers registered")
+        assignment = topic_admin.create_topic(client, "t", 6, 3)
+        wait_for(lambda: None not in states(client, "t", 6), 20, what="every partition has a leader")
+        controller_id = json.loads(client.get(replication.CONTROLLER)[0])["brokerid"]
+        status = brokers[controller_id].status()
+        assert status["zookeeper"]["controller_epoch"] == 1
+        assert all(state.isr == tuple(assignment[p]) and state.leader == assignment[p][0]
+                   for p, state in enumerate(states(client, "t", 6)))
+
+        brokers[controller_id].kill_tree()  # its session ends after zk.sessiontimeout.ms
+
+        def failed_over():
+            now = states(client, "t", 6)
+            return client.get(replication.CONTROLLER_EPOCH)[0] == b"2" and all(
+                controller_id not in state.isr and state.leader != controller_id for state in now)
+
+        wait_for(failed_over, 30, what="a new controller and new leaders")
+        survivors = sorted(set(brokers) - {controller_id})
+        assert json.loads(client.get(replication.CONTROLLER)[0])["brokerid"] in survivors
+        for partition, state in enumerate(states(client, "t", 6)):
+            expected = [b for b in assignment[partition] if b != controller_id]
+            assert state.leader == expected[0] and sorted(state.isr) == sorted(expected)
+    finally:
+        close_client(client)
