@@ -12,6 +12,7 @@ from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 
 SEGMENT_SUFFIX = ".kafka"
+LEADER_EPOCH_FILE = "leader-epoch-checkpoint"  # a replicated partition's epochs (leader_epochs)
 _SEGMENT_RE = re.compile(r"(\d{20})\.kafka\Z")
 _PARTITION_DIR_RE = re.compile(r"([A-Za-z0-9._-]{1,249})-(\d{1,10})\Z")
 

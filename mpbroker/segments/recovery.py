@@ -33,7 +33,7 @@ import os
 
 from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.codec.message_set import validate_message_set
-from mpbroker.segments.naming import SEGMENT_SUFFIX, parse_segment_file_name, segment_file_name
+from mpbroker.segments.naming import LEADER_EPOCH_FILE, SEGMENT_SUFFIX, parse_segment_file_name, segment_file_name
 from mpbroker.segments.segment import Segment
 
 log = logging.getLogger(__name__)
@@ -119,6 +119,8 @@ def segment_bases(directory: str) -> list:
         base = parse_segment_file_name(name)
         if base is not None:
             bases.append(base)
+        elif name in (LEADER_EPOCH_FILE, LEADER_EPOCH_FILE + ".tmp"):
+            continue  # the leader epochs of a replicated partition (leader_epochs)
         elif name.endswith(SEGMENT_SUFFIX):
             raise LogCorruptError(
                 f"partition directory {directory}: {name} is named like a segment file but not "

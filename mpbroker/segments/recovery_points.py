@@ -23,7 +23,7 @@ import logging
 import os
 import re
 
-from mpbroker.segments.durability import sync_directory
+from mpbroker.segments.durability import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +48,7 @@ def write_checkpoint(path: str, points: dict) -> None:
     Blocking (two fsyncs); raises OSError."""
     lines = [str(VERSION), str(len(points))]
     lines += [f"{topic} {partition} {offset}" for (topic, partition), offset in sorted(points.items())]
-    temporary = path + ".tmp"
-    try:  # a fresh file, never one a crash may have left linked under another name
-        os.unlink(temporary)
-    except FileNotFoundError:
-        pass
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        data = ("\n".join(lines) + "\n").encode("ascii")
-        while data:
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(temporary, path)
-    sync_directory(os.path.dirname(path))
+    replace_file(path, ("\n".join(lines) + "\n").encode("ascii"))
 
 
 def read_checkpoint(path: str):
