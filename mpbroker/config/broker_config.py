@@ -109,6 +109,7 @@ class BrokerConfig:
     zk_connect: str
     zk_connectiontimeout_ms: int
     zk_sessiontimeout_ms: int
+    unclean_leader_election_enable: bool
     num_workers: int
     ring_buffer_bytes: int
     worker_heartbeat_timeout_ms: int

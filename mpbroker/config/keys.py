@@ -91,6 +91,9 @@ KEYS = (
     Key("zk.connect", "str", "", "ZooKeeper connect string, e.g. zk1:2181,zk2:2181; required with enable.zookeeper"),
     Key("zk.connectiontimeout.ms", "int", "6000", "milliseconds to wait for a ZooKeeper connection", minimum=1),
     Key("zk.sessiontimeout.ms", "int", "6000", "ZooKeeper session timeout in milliseconds", minimum=1),
+    Key("unclean.leader.election.enable", "bool", "false",
+        "when no in-sync replica of a replicated partition is alive, elect one that is not in sync (the controller): "
+        "the partition serves again, but writes only the in-sync replicas had are lost; false keeps it unavailable"),
     Key("num.workers", "int", _cpu_count_default,
         f"worker processes serving requests (default: the number of CPUs, at most {MAX_WORKERS})",
         minimum=1, maximum=MAX_WORKERS),

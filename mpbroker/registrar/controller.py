@@ -17,7 +17,8 @@ Every round (``ROUND_S``, and at once when the live brokers change) it reads the
 brokers and every replicated topic's assignment and states, and writes what
 ``leader_election`` decides: a first state for a partition that has none, a new
 leader or a smaller ISR after brokers died, an ISR member elected when the partition
-was offline. Unclean election (a replica outside the ISR) is off unless asked for.
+was offline. Unclean election (a replica outside the ISR) is off unless
+``unclean.leader.election.enable=true``.
 """
 
 import json

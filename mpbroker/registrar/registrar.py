@@ -140,7 +140,8 @@ class Registrar(ChildProcess):
         self.client.add_listener(self._on_state)
         self.client.start_async()
         self.registration = BrokerRegistration(self.client, self.info)
-        self.controller = Controller(self.client, self.config.brokerid)
+        self.controller = Controller(self.client, self.config.brokerid,
+                                     unclean=self.config.unclean_leader_election_enable)
 
     def _replace_client_kept_away(self) -> None:
         now = time.monotonic()

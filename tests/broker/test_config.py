@@ -138,6 +138,7 @@ EXPECTED_DEFAULTS = {
     "zk_connect": "",
     "zk_connectiontimeout_ms": 6000,
     "zk_sessiontimeout_ms": 6000,
+    "unclean_leader_election_enable": False,
     "num_workers": min(os.cpu_count() or 1, 256),
     "ring_buffer_bytes": 8388608,
     "worker_heartbeat_timeout_ms": 30000,

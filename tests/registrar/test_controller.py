@@ -152,3 +152,23 @@ def test_the_controller_runs_in_a_brokers_registrar_and_fails_over(broker_factor
             assert state.leader == expected[0] and sorted(state.isr) == sorted(expected)
     finally:
         close_client(client)
+
+
+@pytest.mark.parametrize("setting, unclean", [(None, False), ("true", True)])
+def test_unclean_election_is_off_unless_configured(zk_connect, tmp_path, setting, unclean):
+    from mpbroker.config.broker_config import config_from_properties
+    from mpbroker.ipc.control import ControlChannel
+    from mpbroker.ipc.slot_table import SlotTable
+    from mpbroker.registrar.registrar import Registrar
+
+    properties = {"log.dir": str(tmp_path), "enable.zookeeper": "true", "zk.connect": zk_connect, "brokerid": "7"}
+    if setting is not None:
+        properties["unclean.leader.election.enable"] = setting
+    config, _ = config_from_properties(properties)
+    _, channel = ControlChannel.pair()
+    registrar = Registrar(config, 9092, [], SlotTable(2), 0, channel, layout.creator_id())
+    registrar._connect()  # the client and the controller the registrar's steps drive
+    try:
+        assert registrar.controller.unclean is unclean
+    finally:
+        registrar._close()
