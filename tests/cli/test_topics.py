@@ -1,7 +1,8 @@
 """``mpbroker-topics`` against three real brokers registered in a real ZooKeeper:
 create (placement over the live brokers, refusals with nothing written), list and
-describe (leaders, epochs, replicas, ISR; --under-replicated), and a topic created the
-0.7 way by a produce, which is not a replicated topic."""
+describe (the leaders, epochs and ISRs the brokers' controller wrote; after SIGKILL of a
+broker, --under-replicated), and a topic created the 0.7 way by a produce, which is not
+a replicated topic."""
 
 import pytest
 
@@ -10,6 +11,7 @@ from mpbroker.clients import Producer
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions
 from mpbroker.registry import layout
 from mpbroker.registry.replication import PartitionState, parse_assignment, partition_state_path
+from mpbroker.registry.topic_admin import PartitionInfo
 from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.helpers import broker_list, wait_for
 
@@ -17,7 +19,8 @@ from tests.clients.helpers import broker_list, wait_for
 @pytest.fixture
 def cluster(broker_factory, zk_connect):
     """Three brokers (ids 1, 2, 3) registered in ZooKeeper, and a client of our own."""
-    brokers = [broker_factory(f"b{i}", enable_zookeeper="true", zk_connect=zk_connect, brokerid=i) for i in (1, 2, 3)]
+    brokers = [broker_factory(f"b{i}", enable_zookeeper="true", zk_connect=zk_connect, brokerid=i,
+                              zk_sessiontimeout_ms=4000) for i in (1, 2, 3)]
     client = start_client(zk_connect, 6000, 30_000)
     wait_for(lambda: sorted(read_brokers(client)) == [1, 2, 3], 20, what="three brokers registered")
     yield zk_connect, client, brokers
@@ -52,22 +55,23 @@ def test_create_list_and_describe(cluster, capsys):
 
     code, out, _ = run(capsys, zk_connect, "list")
     assert code == 0 and out.split() == ["t"]
+    # The controller (in one of the brokers) elects the preferred replicas.
+    wait_for(lambda: run(capsys, zk_connect, "describe", "--topic", "t")[1].count("leader_epoch: 0") == 6, 20,
+             what="every partition led")
     code, out, _ = run(capsys, zk_connect, "describe", "--topic", "t")
     lines = out.splitlines()
     assert code == 0 and len(lines) == 6
-    assert lines[0].startswith("topic: t\tpartition: 0\tleader: -\tleader_epoch: -\treplicas: ")
-    assert lines[0].endswith("\tisr: -")  # no controller has written a state yet
+    replicas = ",".join(map(str, assignment[0]))
+    assert lines[0] == (f"topic: t\tpartition: 0\tleader: {assignment[0][0]}\tleader_epoch: 0"
+                        f"\treplicas: {replicas}\tisr: {replicas}")
+    code, out, _ = run(capsys, zk_connect, "describe", "--under-replicated")
+    assert code == 0 and out == ""
 
-    # Partition 0's state as a controller writes it: in sync; the others are not (yet).
-    replicas = assignment[0]
-    client.create(partition_state_path("t", 0), PartitionState(replicas[0], 3, tuple(replicas), 1).value(),
-                  makepath=True)
+    brokers[2].kill_tree()  # broker 3: its session ends, the controller shrinks the ISRs
+    wait_for(lambda: len(run(capsys, zk_connect, "describe", "--under-replicated")[1].splitlines()) == 6, 30,
+             what="six under-replicated partitions")
     code, out, _ = run(capsys, zk_connect, "describe", "--topic", "t", "--under-replicated")
-    assert code == 0 and [line.split("\t")[1] for line in out.splitlines()] == [
-        f"partition: {p}" for p in range(1, 6)]
-    code, out, _ = run(capsys, zk_connect, "describe")
-    first = out.splitlines()[0]
-    assert f"leader: {replicas[0]}\tleader_epoch: 3" in first and f"isr: {','.join(map(str, replicas))}" in first
+    assert code == 0 and all("3" not in line.split("\tisr: ")[1] for line in out.splitlines())
 
     code, _, err = run(capsys, zk_connect, "describe", "--topic", "missing")
     assert code == 2 and "no topic 'missing'" in err
@@ -94,3 +98,11 @@ def test_a_topic_created_by_a_produce_is_not_replicated(cluster, capsys, caplog)
 def test_no_zookeeper_is_exit_3(capsys):
     code, _, err = run(capsys, "127.0.0.1:1", "--zk-timeout-ms", "500", "list")
     assert code == 3 and "no ZooKeeper answered" in err
+
+
+def test_describe_shows_dashes_until_a_controller_wrote_a_state():
+    lines = topics._describe_lines([PartitionInfo("t", 0, [2, 1], None),
+                                    PartitionInfo("t", 1, [1, 2], PartitionState(-1, 4, (1,), 2))], False)
+    assert lines == ["topic: t\tpartition: 0\tleader: -\tleader_epoch: -\treplicas: 2,1\tisr: -",
+                     "topic: t\tpartition: 1\tleader: -\tleader_epoch: 4\treplicas: 1,2\tisr: 1"]
+    assert topics._describe_lines([PartitionInfo("t", 0, [1], PartitionState(1, 0, (1,), 1))], True) == []
