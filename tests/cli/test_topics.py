@@ -88,7 +88,7 @@ def test_a_topic_created_by_a_produce_is_not_replicated(cluster, capsys, caplog)
     code, _, err = run(capsys, zk_connect, "describe", "--topic", "old")
     assert code == 2 and "created the 0.7 way" in err
     # The 0.7 reader of a replicated topic's node skips its partition states, silently.
-    client.create(partition_state_path("new", 0), PartitionState(1, 0, (1,), 1).value(), makepath=True)
+    wait_for(lambda: client.exists(partition_state_path("new", 0)), 20, what="the controller's state of new-0")
     caplog.clear()
     assert read_topic_partitions(client, "new") == []
     assert not [record for record in caplog.records if "partitions" in record.getMessage()]
