@@ -21,7 +21,7 @@ import json
 import os
 import shutil
 
-from mpbroker.segments.durability import sync_directory
+from mpbroker.segments.durability import replace_file, sync_directory
 
 STATE_DIR = "_mpbroker"
 
@@ -77,13 +77,7 @@ class LoaderState:
 
     def write(self, state: dict) -> None:
         os.makedirs(self.dir, exist_ok=True)
-        temporary = self.path + ".tmp"
-        with open(temporary, "w") as f:
-            json.dump(state, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.rename(temporary, self.path)
-        sync_directory(self.dir)
+        replace_file(self.path, json.dumps(state, indent=1, sort_keys=True).encode())
 
     def staging(self, load_id: str) -> str:
         return os.path.join(self.staging_root, load_id)

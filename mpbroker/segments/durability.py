@@ -2,7 +2,7 @@
 power cut only once the directory itself is fsync'ed. Shared by the log, the
 clean-shutdown marker and the Spark loader's state. ``replace_file`` replaces a small
 file so that a crash leaves the old or the new one, never a torn one (the
-checkpoints)."""
+checkpoints, the Spark loader's state)."""
 
 import os
 
