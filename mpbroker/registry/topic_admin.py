@@ -60,14 +60,18 @@ def create_topic(client, topic: str, partitions: int, replication_factor: int) -
     return assignment
 
 
-def replicated_topics(client) -> list:
-    """The names of the topics that have an assignment, sorted."""
+def topic_names(client) -> list:
+    """Every topic under /brokers/topics, replicated or not, sorted."""
     try:
-        names = client.get_children(layout.BROKER_TOPICS)
+        return sorted(client.get_children(layout.BROKER_TOPICS))
     except NoNodeError:
         return []
+
+
+def replicated_topics(client) -> list:
+    """The names of the topics that have an assignment, sorted."""
     topics = []
-    for name in sorted(names):
+    for name in topic_names(client):
         try:
             value, _ = client.get(layout.topic_path(name))
         except NoNodeError:
