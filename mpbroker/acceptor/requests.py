@@ -37,7 +37,8 @@ from mpbroker.ownership import owner_slot
 log = logging.getLogger(__name__)
 
 MAX_ANSWER_PAYLOAD = (1 << 31) - 1 - 2  # an answer's int32 size counts its 2-byte error code too
-_MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH}
+_MODE_BY_DURABILITY = {Durability.APPEND: Mode.ACK_APPEND, Durability.FLUSH: Mode.ACK_FLUSH,
+                       Durability.REPLICATED: Mode.ACK_REPLICATED}
 _PRODUCE_COUNTER = REQUESTS + REQUEST_KINDS.index("produce")
 _COUNTER_BY_KIND = {
     kind: REQUESTS + REQUEST_KINDS.index(name) for kind, name in (

@@ -20,6 +20,11 @@ class ErrorCode(IntEnum):
     INVALID_TOPIC = 6
     PARTITION_UNAVAILABLE = 7
     STORAGE_ERROR = 8  # the broker could not write the set (disk full, I/O error); none of it was written
+    # Replication (mpbroker's own; Kafka 0.8 has NotLeaderForPartition and the rest under other numbers).
+    NOT_LEADER = 9  # this broker does not lead the partition (now): refresh the leader and retry
+    NOT_ENOUGH_REPLICAS = 10  # durability 2 and an ISR smaller than min.insync.replicas: nothing appended
+    FENCED_LEADER_EPOCH = 11  # a replica request under an older leader epoch than the leader's
+    UNKNOWN_LEADER_EPOCH = 12  # a replica request under a newer leader epoch than the leader knows yet: retry
 
 
 class MPBrokerError(Exception):
@@ -56,6 +61,14 @@ class InvalidTopicError(MPBrokerError):
 
 class PartitionUnavailableError(MPBrokerError):
     code = ErrorCode.PARTITION_UNAVAILABLE
+
+
+class NotLeaderError(MPBrokerError):
+    code = ErrorCode.NOT_LEADER
+
+
+class NotEnoughReplicasError(MPBrokerError):
+    code = ErrorCode.NOT_ENOUGH_REPLICAS
 
 
 class LogCorruptError(MPBrokerError):

@@ -22,12 +22,15 @@ class RequestType(IntEnum):
     MULTIFETCH = 2
     MULTIPRODUCE = 3
     OFFSETS = 4
-    PRODUCE_ACKED = 100  # mpbroker: answered after the append (or the flush)
+    PRODUCE_ACKED = 100  # mpbroker: answered after the append (or the flush, or the replication)
+    REPLICA_FETCH = 101  # mpbroker, between brokers: a follower fetches from its leader
+    LEADER_EPOCH_END = 102  # mpbroker, between brokers: where did this leader epoch end in your log?
 
 
 class Durability(IntEnum):
     APPEND = 0  # acknowledge once appended (in the page cache)
     FLUSH = 1  # acknowledge once flushed to disk
+    REPLICATED = 2  # acknowledge once every in-sync replica has it (Kafka's acks=-1)
 
 
 RANDOM_PARTITION = -1
@@ -68,11 +71,43 @@ class ProduceAckedRequest(NamedTuple):
     message_set: memoryview
 
 
+class ReplicaFetchPart(NamedTuple):
+    topic: str
+    partition: int
+    leader_epoch: int  # the epoch the follower believes the leader has
+    offset: int  # the follower's log end: where to read from, and its position for the leader
+    max_size: int
+
+
+class ReplicaFetchRequest(NamedTuple):
+    """A follower's fetch: ``replica_id`` is its broker id; the leader may hold the
+    answer up to ``max_wait_ms`` while no part has anything new."""
+
+    replica_id: int
+    max_wait_ms: int
+    parts: list
+
+
+class LeaderEpochEndRequest(NamedTuple):
+    """A follower asks the leader (whose epoch it believes is ``leader_epoch``) where
+    ``epoch`` ended in the leader's log: its truncation point (KIP-101/279)."""
+
+    replica_id: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    epoch: int
+
+
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _FETCH_TAIL = struct.Struct(">iqi")  # partition, offset, max_size
 _OFFSETS_TAIL = struct.Struct(">iqi")  # partition, time, max_offsets
 _PRODUCE_TAIL = struct.Struct(">ii")  # partition, set_size
+_REPLICA_FETCH_HEAD = struct.Struct(">ii")  # replica id, max wait ms
+_REPLICA_FETCH_TAIL = struct.Struct(">iiqi")  # partition, leader epoch, offset, max size
+_EPOCH_END_HEAD = struct.Struct(">i")  # replica id
+_EPOCH_END_TAIL = struct.Struct(">iii")  # partition, leader epoch, asked epoch
 
 
 class _Cursor:
@@ -173,10 +208,19 @@ def decode_request(frame):
         request = OffsetsRequest(topic, *cursor.take(_OFFSETS_TAIL))
     elif request_type == RequestType.PRODUCE_ACKED:
         (durability,) = cursor.take(_INT16)
-        if durability not in (Durability.APPEND, Durability.FLUSH):
-            raise MalformedRequestError(f"durability {durability} is neither 0 (append) nor 1 (flush)")
+        if durability not in (Durability.APPEND, Durability.FLUSH, Durability.REPLICATED):
+            raise MalformedRequestError(f"durability {durability} is none of 0 (append), 1 (flush), "
+                                        f"2 (replicated)")
         produce = _produce(cursor)
         request = ProduceAckedRequest(durability, produce.topic, produce.partition, produce.message_set)
+    elif request_type == RequestType.REPLICA_FETCH:
+        replica_id, max_wait_ms = cursor.take(_REPLICA_FETCH_HEAD)
+        parts = [ReplicaFetchPart(cursor.string(), *cursor.take(_REPLICA_FETCH_TAIL)) for _ in range(cursor.count())]
+        request = ReplicaFetchRequest(replica_id, max_wait_ms, parts)
+    elif request_type == RequestType.LEADER_EPOCH_END:
+        (replica_id,) = cursor.take(_EPOCH_END_HEAD)
+        topic = cursor.string()
+        request = LeaderEpochEndRequest(replica_id, topic, *cursor.take(_EPOCH_END_TAIL))
     else:
         raise MalformedRequestError(f"unknown request type {request_type}")
     cursor.finish()
@@ -245,3 +289,18 @@ def encode_multifetch(fetches) -> bytes:
 
 def encode_offsets(topic: str, partition: int, time: int, max_offsets: int) -> bytes:
     return _frame(_INT16.pack(RequestType.OFFSETS) + _string(topic) + _OFFSETS_TAIL.pack(partition, time, max_offsets))
+
+
+def encode_replica_fetch(replica_id: int, max_wait_ms: int, parts) -> bytes:
+    """``parts``: iterable of ``(topic, partition, leader_epoch, offset, max_size)``."""
+    parts = list(parts)
+    body = [_INT16.pack(RequestType.REPLICA_FETCH), _REPLICA_FETCH_HEAD.pack(replica_id, max_wait_ms),
+            _INT16.pack(len(parts))]
+    for topic, partition, leader_epoch, offset, max_size in parts:
+        body.append(_string(topic) + _REPLICA_FETCH_TAIL.pack(partition, leader_epoch, offset, max_size))
+    return _frame(b"".join(body))
+
+
+def encode_leader_epoch_end(replica_id: int, topic: str, partition: int, leader_epoch: int, epoch: int) -> bytes:
+    return _frame(_INT16.pack(RequestType.LEADER_EPOCH_END) + _EPOCH_END_HEAD.pack(replica_id) + _string(topic)
+                  + _EPOCH_END_TAIL.pack(partition, leader_epoch, epoch))

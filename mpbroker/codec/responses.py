@@ -6,6 +6,12 @@ error code. Encoders for the broker, decoders for the clients. Sans-IO.
 - MULTIFETCH: ``[size][0]`` then, per fetch in request order, ``[size][error][bytes]``.
 - OFFSETS: ``[int32 n][n x int64]``.
 - PRODUCE_ACKED (mpbroker): ``[int32 partition][int64 offset][int64 next_offset]``.
+- REPLICA_FETCH (mpbroker): ``[size][0]`` then, per part in request order,
+  ``[int32 size][int16 error][int64 high watermark][int64 log start][int64 log end]
+  [int32 epoch][bytes]``: ``epoch`` is the leader epoch the bytes were written under
+  (-1: before any), and the bytes never run past that epoch's end.
+- LEADER_EPOCH_END (mpbroker): ``[int32 epoch][int64 end offset]`` (-1, -1: the leader
+  has no epoch that old).
 """
 
 import struct
@@ -18,10 +24,22 @@ ERROR_HEADER_BYTES = ERROR_HEADER.size
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACK = struct.Struct(">iqq")
+REPLICA_PART_HEADER = struct.Struct(">ihqqqi")  # size, error, high watermark, log start, log end, epoch
+_REPLICA_PART_FIELDS = REPLICA_PART_HEADER.size - 4  # what a part's size counts besides its bytes
+_EPOCH_END = struct.Struct(">iq")
 
 
 class MalformedResponseError(MalformedRequestError):
     """Bytes from a broker that are not a well-formed response."""
+
+
+class ReplicaFetchPartAnswer(NamedTuple):
+    error: int
+    high_watermark: int
+    log_start: int
+    log_end: int
+    epoch: int
+    data: memoryview
 
 
 class ProduceAck(NamedTuple):
@@ -58,6 +76,23 @@ def multifetch_header(part_lengths) -> bytes:
     of message sets; each part then starts with ``response_header(error, length)``."""
     total = sum(ERROR_HEADER_BYTES + length for length in part_lengths)
     return ERROR_HEADER.pack(2 + total, 0)
+
+
+def replica_part_header(error: int, high_watermark: int, log_start: int, log_end: int, epoch: int,
+                        payload_bytes: int) -> bytes:
+    """The header of one REPLICA_FETCH part carrying ``payload_bytes`` of log."""
+    return REPLICA_PART_HEADER.pack(_REPLICA_PART_FIELDS + payload_bytes, error, high_watermark, log_start,
+                                    log_end, epoch)
+
+
+def replica_fetch_header(part_lengths) -> bytes:
+    """The outer header of a REPLICA_FETCH answer whose parts carry ``part_lengths`` bytes."""
+    total = sum(REPLICA_PART_HEADER.size + length for length in part_lengths)
+    return ERROR_HEADER.pack(2 + total, 0)
+
+
+def leader_epoch_end_response(error: int, epoch: int, end_offset: int) -> bytes:
+    return ERROR_HEADER.pack(2 + _EPOCH_END.size, error) + _EPOCH_END.pack(epoch, end_offset)
 
 
 # --- decoders (clients) ---------------------------------------------------------
@@ -111,3 +146,33 @@ def decode_produce_ack(frame) -> ProduceAck:
             return ProduceAck(error, -1, -1, -1)
         raise MalformedResponseError(f"produce ack of {len(view)} bytes; expected {_ACK.size}")
     return ProduceAck(error, *_ACK.unpack_from(view, 0))
+
+
+def decode_replica_fetch(frame) -> list:
+    """``[ReplicaFetchPartAnswer, ...]`` in request order."""
+    error, view = split_error(frame)
+    if error:
+        raise MalformedResponseError(f"replica fetch answer carries top-level error {error}")
+    parts = []
+    pos = 0
+    while pos < len(view):
+        if pos + REPLICA_PART_HEADER.size > len(view):
+            raise MalformedResponseError("replica fetch part header runs past the end")
+        size, part_error, high_watermark, log_start, log_end, epoch = REPLICA_PART_HEADER.unpack_from(view, pos)
+        end = pos + SIZE.size + size
+        if size < _REPLICA_PART_FIELDS or end > len(view):
+            raise MalformedResponseError(f"replica fetch part of size {size} runs past the end")
+        parts.append(ReplicaFetchPartAnswer(part_error, high_watermark, log_start, log_end, epoch,
+                                            view[pos + REPLICA_PART_HEADER.size:end]))
+        pos = end
+    return parts
+
+
+def decode_leader_epoch_end(frame) -> tuple:
+    """``(error, epoch, end offset)``."""
+    error, view = split_error(frame)
+    if len(view) != _EPOCH_END.size:
+        if error and not len(view):
+            return error, -1, -1
+        raise MalformedResponseError(f"leader epoch end answer of {len(view)} bytes; expected {_EPOCH_END.size}")
+    return (error, *_EPOCH_END.unpack_from(view, 0))

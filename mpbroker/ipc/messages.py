@@ -31,6 +31,7 @@ class Mode(IntEnum):
     FIRE_AND_FORGET = 0
     ACK_APPEND = 1
     ACK_FLUSH = 2
+    ACK_REPLICATED = 3  # durability 2: once every in-sync replica has the set
 
 
 # bytes after this header (topic + set), request id, partition, topic length, mode

@@ -23,6 +23,9 @@ from mpbroker.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
 
+# An unreplicated partition has one in-sync replica, this one: durability 2 is answered on append.
+_ACK_ON_APPEND = (Mode.ACK_APPEND, Mode.ACK_REPLICATED)
+
 
 class _Produce:
     __slots__ = ("request_id", "topic", "partition", "mode", "data", "messages")
@@ -136,7 +139,7 @@ class ProduceHandler:
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
             next_offset = offset + len(produce.data)
-            if produce.mode == Mode.ACK_APPEND or (produce.mode == Mode.ACK_FLUSH
+            if produce.mode in _ACK_ON_APPEND or (produce.mode == Mode.ACK_FLUSH
                                                     and next_offset <= partition_log.flushed_end):
                 self._acknowledge(produce, offset, next_offset)  # (an empty set with nothing unflushed)
             elif produce.mode == Mode.ACK_FLUSH:
