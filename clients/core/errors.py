@@ -7,6 +7,8 @@ from mpbroker.codec.errors import (
     InvalidMessageError,
     InvalidTopicError,
     MessageSizeTooLargeError,
+    NotEnoughReplicasError,
+    NotLeaderError,
     OffsetOutOfRangeError,
     PartitionUnavailableError,
     WrongPartitionError,
@@ -31,6 +33,31 @@ class BrokerError(ClientError):
 
 class ProduceError(BrokerError):
     """The broker refused a produce request (the wire error code is in ``code``)."""
+
+
+class LeaderNotAvailableError(BrokerUnavailableError):
+    """A replicated partition has no leader the client can reach: none is elected
+    (offline: no in-sync replica is alive), or the leader is not registered, after the
+    refreshes and retries. ``topic`` and ``partition`` name it."""
+
+    def __init__(self, message: str, topic: str = "", partition: int = -1):
+        super().__init__(message)
+        self.topic, self.partition = topic, partition
+
+
+class FencedLeaderEpochError(BrokerError):
+    """Error 11: a replica request under an older leader epoch than the leader's (the
+    brokers' own request types; a client sees it only from a broker it should not ask)."""
+
+    def __init__(self, message: str, code: int = ErrorCode.FENCED_LEADER_EPOCH):
+        super().__init__(message, code)
+
+
+class UnknownLeaderEpochError(BrokerError):
+    """Error 12: a replica request under a leader epoch the leader does not know yet."""
+
+    def __init__(self, message: str, code: int = ErrorCode.UNKNOWN_LEADER_EPOCH):
+        super().__init__(message, code)
 
 
 class QueueFullError(ClientError):
@@ -74,7 +101,16 @@ _EXCEPTION_FOR_CODE = {
     ErrorCode.MESSAGE_SIZE_TOO_LARGE: MessageSizeTooLargeError,
     ErrorCode.INVALID_TOPIC: InvalidTopicError,
     ErrorCode.PARTITION_UNAVAILABLE: PartitionUnavailableError,
+    ErrorCode.NOT_LEADER: NotLeaderError,
+    ErrorCode.NOT_ENOUGH_REPLICAS: NotEnoughReplicasError,
 }
+_CLIENT_EXCEPTION_FOR_CODE = {
+    ErrorCode.FENCED_LEADER_EPOCH: FencedLeaderEpochError,
+    ErrorCode.UNKNOWN_LEADER_EPOCH: UnknownLeaderEpochError,
+}
+# A replicated partition's answers that a refresh of its leader (and a retry) can cure:
+# the broker asked does not lead it (now), or its ISR is too small for durability 2 for now.
+LEADER_RETRY_CODES = frozenset({ErrorCode.NOT_LEADER, ErrorCode.NOT_ENOUGH_REPLICAS})
 
 
 def error_for(code: int, context: str, fallback=ProduceError) -> Exception:
@@ -86,6 +122,9 @@ def error_for(code: int, context: str, fallback=ProduceError) -> Exception:
     except ValueError:
         name = f"error code {code}"
     cls = _EXCEPTION_FOR_CODE.get(code)
+    if cls is not None:
+        return cls(f"{context}: {name}")
+    cls = _CLIENT_EXCEPTION_FOR_CODE.get(code)
     if cls is not None:
         return cls(f"{context}: {name}")
     return fallback(f"{context}: {name}", code)
