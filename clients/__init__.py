@@ -4,17 +4,19 @@ ZooKeeper layout (``mpbroker.registry``); they never import the broker's process
 log-writing code. One sub-package per concern, each importing only those before it:
 
 - ``core``: connection, broker lists, errors, settings, envelope and audit-event formats,
-  ZooKeeper reads;
+  ZooKeeper reads, the leaders of replicated topics;
 - ``producer``: ``Producer``, sync or async (background batching), key partitioner,
   gzip/snappy, fire-and-forget or acknowledged (append / flush) delivery;
 - ``consumer``: ``SimpleConsumer``, fetch, multifetch, offsets before a time, iteration
-  that grows its fetch size for big messages and never skips;
+  that grows its fetch size for big messages and never skips; ``LeaderConsumer``, the
+  same reads of replicated topics from each partition's current leader;
 - ``groups``: the ZooKeeper consumer connector and the group report and admin;
 - ``mirror`` and ``audit``: the mirror maker and the audit's reading side.
 
 The command-line tools built on them are in ``mpbroker.cli``.
 """
 
+from mpbroker.clients.consumer.leader_consumer import LeaderConsumer
 from mpbroker.clients.consumer.simple_consumer import MessageAndOffset, MessageSet, SimpleConsumer
 from mpbroker.clients.core.errors import (
     BrokerError,
@@ -31,6 +33,7 @@ __all__ = [
     "BrokerError",
     "BrokerUnavailableError",
     "ClientError",
+    "LeaderConsumer",
     "MessageAndOffset",
     "MessageSet",
     "MessageSizeTooLargeError",

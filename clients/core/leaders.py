@@ -7,7 +7,9 @@ served per partition by its current leader, which changes when a broker dies. Th
 module owns that knowledge on one started kazoo client: the assignment, the partition
 states and the registered brokers' addresses (``/brokers/ids``), each read with a
 watch, so a change arrives by itself; ``refresh(topic)`` re-reads a topic at once, for
-the client that was just told NOT_LEADER or lost its connection to the leader. A
+the client that was just told NOT_LEADER or lost its connection to the leader (it
+reads nothing while the session is disconnected: a kazoo call would wait for the
+reconnection, which reads everything followed again). A
 topic is followed from the first time it is asked about; a topic whose node has no
 assignment (created the 0.7 way, or not at all yet) is not replicated (``topic``
 answers None) and stays followed, so one created later is seen. While ZooKeeper is
@@ -97,7 +99,8 @@ class PartitionLeaders:
         self._closed = False
         client.add_listener(self._on_state)
         try:
-            self._reload_brokers()
+            if client.connected:
+                self._reload_brokers()
         except ZK_ERRORS as exc:
             log.warning("reading the brokers from ZooKeeper failed (%r); again once it answers", exc)
 
@@ -109,6 +112,11 @@ class PartitionLeaders:
         return cls(client, owns_client=True)
 
     # --- what the clients ask -------------------------------------------------------
+
+    @property
+    def client(self):
+        """The kazoo client it reads with (for a caller's other reads on the same session)."""
+        return self._client
 
     @property
     def brokers(self) -> dict:
@@ -158,6 +166,10 @@ class PartitionLeaders:
         """Read ``topic`` (its assignment, its partitions' states) and the brokers from
         ZooKeeper now; returns what ``topic`` returns. While ZooKeeper cannot be read,
         the last known state (ZooKeeper errors are logged, not raised)."""
+        if not self._client.connected:  # a read would wait for the reconnection, which reads it anyway
+            with self._lock:
+                self._topics.setdefault(topic, None)
+                return self._topics[topic]
         try:
             self._reload_brokers()
             self._reload_topic(topic)

@@ -11,7 +11,11 @@ from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.message import codec_from_name
 from mpbroker.codec.topic_names import check_topic
 
-ACKS = ("none", "append", "flush")
+ACKS = ("none", "append", "flush", "replicated")
+# request.required.acks (Kafka's producer setting) in terms of ``acks``: 0 fire-and-forget
+# PRODUCE, 1 PRODUCE_ACKED once the leader appended (durability 0), -1 once every in-sync
+# replica has the set (durability 2).
+REQUIRED_ACKS = {0: "none", 1: "append", -1: "replicated"}
 _ALIASES = {"queue.enqueueTimeout.ms": "queue_enqueue_timeout_ms"}  # 0.7's spelling
 
 
@@ -65,7 +69,8 @@ class ProducerSettings:
     zk_sessiontimeout_ms: int = 6000  # zk.sessiontimeout.ms
     zk_connectiontimeout_ms: int = 6000  # zk.connectiontimeout.ms: the longest wait for ZooKeeper at start
     producer_type: str = "sync"  # producer.type: sync | async
-    acks: str = "none"  # none (0.7 fire-and-forget) | append | flush (PRODUCE_ACKED)
+    acks: str = None  # none (0.7 fire-and-forget, the default) | append | flush | replicated (PRODUCE_ACKED)
+    request_required_acks: int = None  # request.required.acks: 0 | 1 | -1, Kafka's name for acks none/append/replicated
     partitioner_class: object = None  # partitioner.class: a callable or a dotted name
     compression_codec: int = 0  # compression.codec: none/gzip/snappy or 0/1/2
     compressed_topics: tuple = ()  # compressed.topics: empty = every topic when a codec is set
@@ -92,8 +97,20 @@ class ProducerSettings:
     def _check(self) -> None:
         if self.producer_type not in ("sync", "async"):
             raise ValueError(f"producer.type: {self.producer_type!r} is neither sync nor async")
-        if self.acks not in ACKS:
+        if self.acks is not None and self.acks not in ACKS:
             raise ValueError(f"acks: {self.acks!r} is not one of {', '.join(ACKS)}")
+        if self.request_required_acks is not None:
+            required = _int("request.required.acks", self.request_required_acks)
+            if required not in REQUIRED_ACKS:
+                raise ValueError(f"request.required.acks: {required} is not one of 0, 1, -1 (waiting for N "
+                                 "replicas is not supported: -1 waits for every in-sync replica)")
+            if self.acks is not None and self.acks != REQUIRED_ACKS[required]:
+                raise ValueError(f"acks={self.acks} and request.required.acks={required} conflict "
+                                 f"(request.required.acks={required} is acks={REQUIRED_ACKS[required]}): give one")
+            self.request_required_acks = required
+            self.acks = REQUIRED_ACKS[required]
+        elif self.acks is None:
+            self.acks = "none"
         if not self.broker_list and not self.zk_connect:
             raise ValueError("either broker.list or zk.connect is required")
         if self.broker_list and self.zk_connect:

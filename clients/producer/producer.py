@@ -14,6 +14,19 @@ errors raise at once. In sync mode ``send`` delivers before it returns; in async
 ``batch.size`` messages are queued or the oldest has waited ``queue.time`` ms (see
 ``async_sender``). ``close`` delivers what is queued, then closes the connections.
 
+``acks`` (``none``, ``append``, ``flush``, ``replicated``) or Kafka's
+``request.required.acks`` (0 = none, 1 = append, -1 = replicated) says when a set
+counts as delivered; ``replicated`` (durability 2) waits until every in-sync replica
+of the partition has it.
+
+A replicated topic (``zk.connect`` only: ``mpbroker.clients.core.leaders``) is
+partitioned over its partitions 0..N-1 (the key picks the partition whatever leads
+it) and each partition's sets go to its current leader. NOT_LEADER, NOT_ENOUGH_REPLICAS,
+a broken connection or no leader at all: the request is routed again after up to
+``retry.backoff.ms`` (a leader change seen by the watches ends the wait early) and a
+fresh read of the leaders, up to ``num.retries`` times; then it fails
+(LeaderNotAvailableError, NotLeaderError, NotEnoughReplicasError, BrokerUnavailableError).
+
 The brokers and a topic's (broker, partition) pairs come from a static ``broker.list``
 (``brokers.StaticBrokerPartitions``: partitions found by probing) or, with
 ``zk.connect``, from ZooKeeper (``zk_brokers.ZkBrokerPartitions``: kept current by
@@ -36,7 +49,15 @@ from typing import NamedTuple
 
 from mpbroker.clients.core.brokers import StaticBrokerPartitions, parse_broker_list
 from mpbroker.clients.core.connection import BrokerConnection
-from mpbroker.clients.core.errors import RETRIABLE_CODES, BrokerUnavailableError, ProducerClosedError, error_for
+from mpbroker.clients.core.errors import (
+    LEADER_RETRY_CODES,
+    RETRIABLE_CODES,
+    BrokerUnavailableError,
+    ClientError,
+    LeaderNotAvailableError,
+    ProducerClosedError,
+    error_for,
+)
 from mpbroker.clients.core.settings import ProducerSettings
 from mpbroker.clients.producer.async_sender import AsyncSender
 from mpbroker.clients.producer.auditor import ProducerAuditor
@@ -47,14 +68,15 @@ from mpbroker.clients.producer.zk_brokers import ZkBrokerPartitions
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.compression import compress
-from mpbroker.codec.errors import ErrorCode, MessageSizeTooLargeError
+from mpbroker.codec.errors import ErrorCode, MessageSizeTooLargeError, MPBrokerError
 from mpbroker.codec.message import encode_message, encode_message_set
 from mpbroker.codec.requests import Durability
 from mpbroker.codec.topic_names import check_topic
 
 log = logging.getLogger(__name__)
 
-_DURABILITY = {"append": Durability.APPEND, "flush": Durability.FLUSH}
+_DURABILITY = {"append": Durability.APPEND, "flush": Durability.FLUSH, "replicated": Durability.REPLICATED}
+_LEADER_RETRY = RETRIABLE_CODES | LEADER_RETRY_CODES
 _BYTES_ONLY = frozenset({bytes})
 
 
@@ -84,16 +106,20 @@ class ProducerStats:
 
 
 class _Request:
-    """One produce request: a message set for one (broker, topic, partition)."""
+    """One produce request: a message set for one (broker, topic, partition). A
+    replicated topic's request goes to whichever broker leads its partition when it is
+    sent (``broker_id``: the leader when it was made)."""
 
-    __slots__ = ("topic", "broker_id", "partition", "payloads", "message_set")
+    __slots__ = ("topic", "broker_id", "partition", "payloads", "message_set", "replicated", "error")
 
-    def __init__(self, topic, broker_id, partition, payloads, message_set):
+    def __init__(self, topic, broker_id, partition, payloads, message_set, replicated=False):
         self.topic = topic
         self.broker_id = broker_id
         self.partition = partition
         self.payloads = payloads
         self.message_set = message_set
+        self.replicated = replicated
+        self.error = 0  # the retriable error code of its last answer
 
 
 def _to_bytes(message) -> bytes:
@@ -112,9 +138,11 @@ class Producer:
         self.auditor = None  # audit.envelope: stamps, counts and publishes (mpbroker.clients.producer.auditor)
         self._connections = {}  # broker id -> (lock, BrokerConnection), made on first use
         self._connections_lock = threading.Lock()
+        self._leaders = None  # zk.connect: the leaders of replicated topics (mpbroker.clients.core.leaders)
         if settings.zk_connect:  # after the checks that can refuse a setting: no session left open
             self._metadata = ZkBrokerPartitions(settings.zk_connect, settings.zk_sessiontimeout_ms,
                                                 settings.zk_connectiontimeout_ms)
+            self._leaders = self._metadata.leaders
         else:
             brokers = parse_broker_list(settings.broker_list)
             self._metadata = StaticBrokerPartitions(brokers, self._connection_for,
@@ -205,7 +233,8 @@ class Producer:
         self.close()
 
     def partitions_for(self, topic: str) -> list:
-        """The (broker id, partition) pairs ``topic`` is spread over."""
+        """The (broker id, partition) pairs ``topic`` is spread over (a replicated topic:
+        (leader id, partition), -1 for a partition without a leader now)."""
         return self._metadata.partitions(topic)
 
     def spread_topic(self, topic: str, timeout_s: float = DEFAULT_WAIT_S) -> list:
@@ -221,10 +250,11 @@ class Producer:
 
     # --- delivery (sync callers and the async sender) ----------------------------
 
-    def _connection_for(self, broker_id: int) -> tuple:
-        """(lock, BrokerConnection) of a broker, made on first use; a broker that is
-        registered again at another address (zk.connect) gets a new connection."""
-        broker = self._metadata.brokers.get(broker_id)
+    def _connection_for(self, broker_id: int, broker=None) -> tuple:
+        """(lock, BrokerConnection) of a broker (``broker``: its address, else the one
+        discovery knows), made on first use; a broker that is registered again at another
+        address (zk.connect) gets a new connection."""
+        broker = broker or self._metadata.brokers.get(broker_id)
         entry = self._connections.get(broker_id)
         if entry is not None and (broker is None or (entry[1].host, entry[1].port) == (broker.host, broker.port)):
             return entry
@@ -264,6 +294,7 @@ class Producer:
         groups = {}
         pairs_by_topic = {}
         keyless = {}  # topic -> the pair this batch's keyless messages go to (default partitioner)
+        replicated = set()  # the batch's replicated topics: sent to their partitions' leaders
         partition_for = self._partition_for
         sticky = partition_for is default_partitioner
         last_topic = last_key = bucket = None
@@ -275,7 +306,9 @@ class Producer:
                 continue
             pairs = pairs_by_topic.get(topic)
             if pairs is None:
-                if self.settings.spread_topics and topic not in self._spread:
+                if self._leaders is not None and self._leaders.is_replicated(topic):
+                    replicated.add(topic)
+                elif self.settings.spread_topics and topic not in self._spread:
                     self._spread_first(topic)
                 pairs = pairs_by_topic[topic] = self._metadata.partitions(topic)
                 if not pairs:
@@ -297,11 +330,24 @@ class Producer:
         for (broker_id, topic, partition), payloads in groups.items():
             requests.extend(self._requests(topic, broker_id, partition, payloads))
         by_broker = {}
+        to_leaders = []
         for request in requests:
-            by_broker.setdefault(request.broker_id, []).append(request)
+            if request.topic in replicated:
+                request.replicated = True
+                to_leaders.append(request)
+            else:
+                by_broker.setdefault(request.broker_id, []).append(request)
         results = []
         first_error = None
         failed = 0
+        if to_leaders:
+            delivered_before = len(results)
+            try:
+                self._send_to_leaders(to_leaders, results)
+            except Exception as exc:
+                delivered = sum(result.messages for result in results[delivered_before:])
+                failed += sum(len(request.payloads) for request in to_leaders) - delivered
+                first_error = exc
         for broker_id, broker_requests in by_broker.items():
             delivered_before = len(results)
             try:
@@ -362,8 +408,58 @@ class Producer:
                 f"{len(requests)} request(s) to broker {broker_id}: partition unavailable (its worker is restarting)")
         raise last_error
 
-    def _send_once(self, connection, broker_id: int, requests: list, results: list) -> list:
-        """One attempt; appends SendResults of what got through; returns what to retry."""
+    def _send_to_leaders(self, requests: list, results: list) -> None:
+        """Deliver a replicated topic's ``requests``, each to its partition's current leader
+        (see the module docstring); the SendResults of what got through are appended to
+        ``results`` as it goes. Raises the last reason a request could not be delivered
+        after the retries, or the first error no retry can cure."""
+        leaders = self._leaders
+        pending = requests
+        last_error = refused = None
+        for attempt in range(self.settings.num_retries + 1):
+            if attempt:
+                self.stats.retries += len(pending)
+                leaders.wait_for_change(self.settings.retry_backoff_ms / 1000)
+                for topic in {request.topic for request in pending}:
+                    leaders.refresh(topic)
+            by_leader = {}
+            retry = []
+            for request in pending:
+                try:
+                    broker = leaders.require_leader(request.topic, request.partition)
+                except LeaderNotAvailableError as exc:
+                    last_error = exc
+                    retry.append(request)
+                    continue
+                by_leader.setdefault(broker, []).append(request)
+            for broker, broker_requests in by_leader.items():
+                try:
+                    lock, connection = self._connection_for(broker.id, broker)
+                    with lock:
+                        again = self._send_once(connection, broker.id, broker_requests, results, _LEADER_RETRY)
+                except BrokerUnavailableError as exc:
+                    last_error = exc  # the leader died or moved: resend them all once it is known again
+                    retry.extend(broker_requests)
+                    continue
+                except (MPBrokerError, ClientError) as exc:  # refused for good (too large, invalid, ...)
+                    refused = refused or exc
+                    continue
+                if again:
+                    last_error = error_for(again[-1].error, f"produce to {again[-1].topic}-{again[-1].partition} "
+                                                            f"(broker {broker.id})")
+                retry.extend(again)
+            pending = retry
+            if not pending:
+                break
+        if pending:
+            raise last_error
+        if refused is not None:
+            raise refused
+
+    def _send_once(self, connection, broker_id: int, requests: list, results: list,
+                   retry_codes=RETRIABLE_CODES) -> list:
+        """One attempt; appends SendResults of what got through; returns what to retry
+        (the requests answered with an error in ``retry_codes``)."""
         acks = self.settings.acks
         buffers = []
         if acks == "none":
@@ -389,7 +485,8 @@ class Producer:
                 acknowledged.append(request)
                 results.append(SendResult(request.topic, broker_id, ack.partition, len(request.payloads),
                                           ack.offset, ack.next_offset))
-            elif ack.error in RETRIABLE_CODES:
+            elif ack.error in retry_codes:
+                request.error = ack.error
                 retry.append(request)
             elif failure is None:
                 failure = error_for(ack.error, f"produce to {request.topic}-{request.partition}")

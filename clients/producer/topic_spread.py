@@ -14,7 +14,8 @@ writes ``/brokers/topics/<topic>/<id>`` within about a second). From then on the
 topic's (broker, partition) list is every partition of every live broker. A broker
 that joins while it waits is created on too; one that leaves stops counting.
 Used by the producer (``spread.topics=true``, ``Producer.spread_topic``) and by the
-mirror before it mirrors a topic.
+mirror before it mirrors a topic. A replicated topic is not spread: its partitions
+were placed when it was created.
 """
 
 import time
@@ -57,6 +58,8 @@ def spread_topic(discovery, connection_for, topic: str, timeout_s: float = DEFAU
     Raises BrokerUnavailableError if no broker is live (after discovery's own wait),
     the error of a broker that refuses the create for good, or TopicSpreadTimeout if
     some live broker has not registered it within ``timeout_s``."""
+    if discovery.leaders.is_replicated(topic):  # its partitions are placed already, on its replicas
+        return discovery.partitions(topic)
     deadline = time.monotonic() + timeout_s
     asked = {}  # broker id -> when it was last asked to create the topic
     failures = {}  # broker id -> why its last create failed (it may be leaving, or restarting)

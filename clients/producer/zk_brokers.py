@@ -26,6 +26,11 @@ creates a topic on every live broker first). While ZooKeeper is unreachable the
 last known lists are served (a topic first asked about then bootstraps on the last
 known brokers).
 
+A replicated topic (one with an assignment, ``mpbroker.registry.replication``) has its
+partitions 0..N-1 instead, each paired with the broker the controller elected to lead
+it (``mpbroker.clients.core.leaders``, on the same session; ``leaders``): the producer
+sends each partition's sets to its leader and asks ``leaders`` again when that fails.
+
 With no live broker at all, ``partitions`` waits up to ``broker_wait_ms`` (the
 producer passes ``zk.connectiontimeout.ms``) for one to register, then raises
 BrokerUnavailableError naming the ZooKeeper path it watched and how long it waited:
@@ -42,6 +47,7 @@ from kazoo.retry import KazooRetry
 
 from mpbroker.clients.core.brokers import Broker, BrokerPartition
 from mpbroker.clients.core.errors import BrokerUnavailableError
+from mpbroker.clients.core.leaders import PartitionLeaders
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import ZooKeeperUnavailable, close_client, start_client
@@ -148,6 +154,7 @@ class ZkBrokerPartitions:
         self._pairs = {}  # topic -> computed pairs; cleared on every change
         self._closed = False
         self._client.add_listener(self._on_state)
+        self.leaders = PartitionLeaders(self._client)  # replicated topics: who leads each partition
         self._ids = _FollowedPath(self._client, layout.BROKER_IDS, self._reload_brokers)
         self._client.handler.spawn(self._ids.start)
         if not self._ids.ready.wait(self._first_read_s):
@@ -162,7 +169,11 @@ class ZkBrokerPartitions:
 
     def partitions(self, topic: str) -> list:
         """Sorted BrokerPartition pairs of ``topic`` across the live brokers (partition 0
-        of each live broker while none has registered the topic)."""
+        of each live broker while none has registered the topic). A replicated topic:
+        (leader id, p) for p in 0..N-1, the leader id -1 while a partition has none."""
+        replicated = self.leaders.topic(topic)
+        if replicated is not None:
+            return [BrokerPartition(replicated.leader_id(p), p) for p in range(replicated.partitions)]
         with self._lock:
             pairs = self._pairs.get(topic)
             if pairs is not None:
@@ -228,6 +239,7 @@ class ZkBrokerPartitions:
             followed = [self._ids, *self._topics.values()]
         for path in followed:
             path.closed = True
+        self.leaders.close()
         self._client.remove_listener(self._on_state)
         try:
             close_client(self._client)
