@@ -57,13 +57,26 @@ class LeaderConsumer:
             consumer = self._consumers[broker.id] = SimpleConsumer(broker.host, broker.port, **self._options)
         return consumer
 
+    def forget(self, consumer) -> None:
+        """Close ``consumer`` and make the next call to its broker start afresh (a new
+        connection, without the back-off its failures built up: the wait for a new
+        leader is ``retry_backoff_ms``, woken by the watches)."""
+        consumer.close()
+        for broker_id, known in list(self._consumers.items()):
+            if known is consumer:
+                del self._consumers[broker_id]
+
     def call(self, topic: str, partition: int, action):
         """``action(consumer)`` on the partition's leader, retried as the module docstring says."""
         deadline = time.monotonic() + self.leader_wait_s
         while True:
+            consumer = None
             try:
-                return action(self.consumer_for(topic, partition))
+                consumer = self.consumer_for(topic, partition)
+                return action(consumer)
             except LEADER_ERRORS as exc:
+                if consumer is not None and isinstance(exc, BrokerUnavailableError):
+                    self.forget(consumer)
                 self.after_leader_error(topic, exc, deadline)
 
     def after_leader_error(self, topic: str, exc: Exception, deadline: float) -> None:
@@ -123,6 +136,7 @@ class LeaderConsumer:
         offset after the last set handed out."""
         deadline = time.monotonic() + self.leader_wait_s
         while True:
+            consumer = None
             try:
                 consumer = self.consumer_for(topic, partition)
                 with contextlib.closing(consumer.message_sets(topic, partition, offset, **options)) as sets:
@@ -132,6 +146,8 @@ class LeaderConsumer:
                         yield message_set
                 return
             except LEADER_ERRORS as exc:
+                if consumer is not None and isinstance(exc, BrokerUnavailableError):
+                    self.forget(consumer)
                 self.after_leader_error(topic, exc, deadline)
 
     def close(self) -> None:

@@ -84,6 +84,42 @@ class TopicLeaders(NamedTuple):
         return -1 if state is None else state.leader_epoch
 
 
+def read_topic_leaders(client, topic: str, watch=None):
+    """TopicLeaders of ``topic`` read now, or None if it is not replicated (its node has
+    no assignment, or does not exist). With ``watch``, every node read (or missing) is
+    watched: the topic node's value and existence, each partition's state."""
+    path = layout.topic_path(topic)
+    try:
+        value, _ = client.get(path, watch=watch)
+    except NoNodeError:
+        if watch is not None:
+            client.exists(path, watch=watch)  # its creation is seen
+        return None
+    try:
+        assignment = parse_assignment(topic, value)
+    except LayoutError as exc:
+        log.warning("topic %s: %s; not treated as replicated", topic, exc)
+        return None
+    if assignment is None:
+        return None
+    return TopicLeaders(topic, assignment, {p: _read_state(client, topic, p, watch) for p in assignment})
+
+
+def _read_state(client, topic: str, partition: int, watch):
+    path = partition_state_path(topic, partition)
+    try:
+        value, _ = client.get(path, watch=watch)
+    except NoNodeError:
+        if watch is not None:
+            client.exists(path, watch=watch)
+        return None
+    try:
+        return parse_partition_state(topic, partition, value)
+    except LayoutError as exc:
+        log.warning("%s; no leader known for %s-%d", exc, topic, partition)
+        return PartitionState(NO_LEADER, -1, (), -1)
+
+
 class PartitionLeaders:
     """The leaders of replicated topics on a started kazoo ``client`` (see the module
     docstring). ``connect`` makes one with a client of its own, which ``close`` ends."""
@@ -236,44 +272,14 @@ class PartitionLeaders:
                 self._changed.notify_all()
 
     def _reload_topic(self, topic: str) -> None:
-        client = self._client
-        path = layout.topic_path(topic)
         with self._reload_lock:
-            try:
-                value, _ = client.get(path, watch=self._on_topic_event)
-            except NoNodeError:
-                client.exists(path, watch=self._on_topic_event)  # its creation is seen
-                value = b""
-            try:
-                assignment = parse_assignment(topic, value)
-            except LayoutError as exc:
-                log.warning("topic %s: %s; not treated as replicated", topic, exc)
-                assignment = None
-            leaders = None
-            if assignment is not None:
-                states = {}
-                for partition in assignment:
-                    states[partition] = self._read_state(topic, partition)
-                leaders = TopicLeaders(topic, assignment, states)
+            leaders = read_topic_leaders(self._client, topic, watch=self._on_topic_event)
         with self._lock:
             if self._closed:
                 return
             if topic not in self._topics or self._topics[topic] != leaders:
                 self._topics[topic] = leaders
                 self._changed.notify_all()
-
-    def _read_state(self, topic: str, partition: int):
-        path = partition_state_path(topic, partition)
-        try:
-            value, _ = self._client.get(path, watch=self._on_topic_event)
-        except NoNodeError:
-            self._client.exists(path, watch=self._on_topic_event)
-            return None
-        try:
-            return parse_partition_state(topic, partition, value)
-        except LayoutError as exc:
-            log.warning("%s; no leader known for %s-%d", exc, topic, partition)
-            return PartitionState(NO_LEADER, -1, (), -1)
 
     # --- kazoo's threads ----------------------------------------------------------------
 

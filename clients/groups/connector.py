@@ -26,6 +26,15 @@ What it does, in PROTOCOL.md's layout and algorithm:
   what it finished (``mark_finished``) and every commit stores only that: a mirror
   marks a batch once the target cluster acknowledged it.
 
+A replicated topic (``mpbroker.registry.replication``) is assigned by its partitions
+0..N-1, named ``<partition>`` under the group's owners and offsets
+(``/consumers/<g>/owners/<topic>/<partition>``; ``leaders.ReplicatedPartition``), and
+fetched from each partition's current leader by one ``LeaderFetcher`` that follows
+leadership changes; a 0.7 topic keeps ``<broker>-<partition>`` and one fetcher per
+broker. A change of a replicated topic's assignment rebalances; a change of a leader
+does not (the fetcher follows it). Messages of a replicated topic carry
+``broker_id`` -1 (``leaders.REPLICATED``).
+
 ZooKeeper calls are made only while connected; while ZooKeeper is away the fetchers
 go on with the partitions already owned and commits wait.
 """
@@ -37,15 +46,15 @@ import time
 from kazoo.exceptions import NodeExistsError, NoNodeError
 from kazoo.protocol.states import KazooState
 
+from mpbroker.clients.core.leaders import REPLICATED, PartitionLeaders, ReplicatedPartition, partition_id
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions, read_topics
-from mpbroker.clients.groups.fetcher import BrokerFetcher
+from mpbroker.clients.groups.fetcher import BrokerFetcher, LeaderFetcher
 from mpbroker.clients.groups.message_stream import EnvelopeStrippingStream, MessageStream, PartitionTopicInfo
 from mpbroker.clients.groups.rebalance import assign_range
 from mpbroker.clients.groups.settings import ConsumerSettings
 from mpbroker.clients.groups.topic_filter import TopicFilter
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.registry import layout
-from mpbroker.registry.layout import PartitionId
 from mpbroker.registry.zk_client import ZK_ERRORS, close_client, start_client
 
 log = logging.getLogger(__name__)
@@ -64,6 +73,7 @@ class ConsumerConnector:
         self._client = start_client(settings.zk_connect, settings.zk_sessiontimeout_ms,
                                     settings.zk_connectiontimeout_ms)
         self._client.add_listener(self._on_zk_state)
+        self._leaders = PartitionLeaders(self._client)  # replicated topics: their partitions' leaders
         self._lock = threading.RLock()  # rebalance, commit and shutdown take turns
         self._subscription = None
         self._filter = None
@@ -169,7 +179,7 @@ class ConsumerConnector:
                 latest[key] = message.next_offset
         owned = self._owned
         for (topic, broker_id, partition), offset in latest.items():
-            info = owned.get((topic, PartitionId(broker_id, partition)))
+            info = owned.get((topic, partition_id(broker_id, partition)))
             if info is not None and offset > info.done_offset:
                 info.done_offset = offset
 
@@ -201,6 +211,7 @@ class ConsumerConnector:
                                 "partitions", exc)
             else:
                 log.warning("ZooKeeper is away at shutdown: offsets since the last commit are not stored")
+            self._leaders.close()
             close_client(self._client)
             for stream in self._streams():
                 stream.end()
@@ -281,7 +292,7 @@ class ConsumerConnector:
         brokers = read_brokers(client)
         wanted = {}
         for topic in self._topics():
-            partitions = [p for p in read_topic_partitions(client, topic, watch=self._on_watch) if p.broker_id in brokers]
+            partitions = self._partitions_of(topic, brokers)
             stream_ids = [layout.stream_id(consumer, index) for consumer, subscription in subscriptions.items()
                           for index in range(subscription.streams_for(topic))]
             prefix = self.consumer_id + "-"
@@ -298,6 +309,19 @@ class ConsumerConnector:
             return False
         self._start_fetchers(wanted, brokers)
         return True
+
+    def _partitions_of(self, topic: str, brokers: dict) -> list:
+        """The partitions of ``topic`` to assign: a replicated topic's 0..N-1 (whether or
+        not each has a leader now), else the partitions of the live brokers that
+        registered it. Watched: the topic node's value (an assignment written or
+        changed) and, for a 0.7 topic, its brokers' registrations."""
+        replicated = self._leaders.refresh(topic)
+        if replicated is not None:
+            self._client.exists(layout.topic_path(topic), watch=self._on_watch)
+            return [ReplicatedPartition(p) for p in range(replicated.partitions)]
+        partitions = read_topic_partitions(self._client, topic, watch=self._on_watch)
+        self._client.exists(layout.topic_path(topic), watch=self._on_watch)  # a topic made replicated later
+        return [p for p in partitions if p.broker_id in brokers]
 
     def _read_group(self) -> dict:
         """``{consumer id: Subscription}`` of the group's members (this one included).
@@ -408,7 +432,9 @@ class ConsumerConnector:
             self._owned[(topic, partition)] = info
             by_broker.setdefault(partition.broker_id, []).append(info)
         self._fetchers = [BrokerFetcher(brokers[broker_id], infos, self.settings)
-                          for broker_id, infos in sorted(by_broker.items())]
+                          for broker_id, infos in sorted(by_broker.items()) if broker_id != REPLICATED]
+        if REPLICATED in by_broker:
+            self._fetchers.append(LeaderFetcher(self._leaders, by_broker[REPLICATED], self.settings))
         for fetcher in self._fetchers:
             fetcher.start()
         log.info("consumer %s owns %s", self.consumer_id,

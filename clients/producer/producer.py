@@ -273,6 +273,14 @@ class Producer:
                 old[1].close()
         return entry
 
+    def _forget_connection(self, broker_id: int) -> None:
+        """Drop a broker's connection (made again on its next use)."""
+        with self._connections_lock:
+            entry = self._connections.pop(broker_id, None)
+        if entry is not None:
+            with entry[0]:
+                entry[1].close()
+
     def deliver(self, items) -> list:
         """Send ``[(topic, key, payload), ...]``; return SendResults, grouped by broker.
 
@@ -440,6 +448,7 @@ class Producer:
                 except BrokerUnavailableError as exc:
                     last_error = exc  # the leader died or moved: resend them all once it is known again
                     retry.extend(broker_requests)
+                    self._forget_connection(broker.id)  # the next try connects afresh, without a back-off
                     continue
                 except (MPBrokerError, ClientError) as exc:  # refused for good (too large, invalid, ...)
                     refused = refused or exc

@@ -33,7 +33,8 @@ error (with the registered topics that look like it) unless ``--wait-for-topic``
 group's partitions are shared with its other members; each starts at the group's
 committed offset, or without one at the latest offset (the earliest with
 ``--from-beginning``: ``autooffset.reset``). ``--print-partition`` prints
-``<broker>-<partition>``. On exit -- ``--max-messages``, ``--timeout-ms``, SIGINT or
+``<broker>-<partition>`` (a replicated topic's: ``<partition>``, read from its current
+leader). On exit -- ``--max-messages``, ``--timeout-ms``, SIGINT or
 SIGTERM -- the offsets of everything printed are committed, so a rerun with the same
 group goes on where this one stopped.
 

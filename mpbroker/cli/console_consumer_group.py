@@ -28,6 +28,7 @@ from mpbroker.cli.console_consumer_args import (
 from mpbroker.cli.console_consumer_output import message_prefix
 from mpbroker.cli.failure import fail
 from mpbroker.clients.core.envelope import EnvelopeError
+from mpbroker.clients.core.leaders import REPLICATED
 from mpbroker.clients.core.unknown_topics import UnknownTopicError
 from mpbroker.clients.core.zk_registry import read_topics
 from mpbroker.clients.groups.connector import ConsumerConnector
@@ -153,7 +154,10 @@ def _consume_group(stream, args, out, stop) -> int:
                 continue
             except StopIteration:  # the connector was shut down
                 break
-            partition = b"%d-%d" % (message.broker_id, message.partition)
+            if message.broker_id == REPLICATED:  # a replicated topic's partition: its number alone
+                partition = b"%d" % message.partition
+            else:
+                partition = b"%d-%d" % (message.broker_id, message.partition)
             prefix = message_prefix(args, partition, message.offset, message.next_offset, message.envelope)
             out.write(prefix + message.payload + b"\n")
             printed += 1
