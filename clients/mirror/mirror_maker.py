@@ -47,6 +47,13 @@ and the group starts on the first one's partitions at once; so the first time a
 source's topic is met, the mirror waits (up to ``source_wait_s``) until every live
 source broker registered it. A source broker that never got the topic (0.7's
 bootstrap) costs that wait once per run and is not counted.
+
+Replicated topics (``mpbroker.registry.replication``): a source's are read from each
+partition's current leader by the connector (following leadership changes), keep
+their partition number as the position and need no settling; a target's is not
+spread (its partitions were placed when it was created) and gets each position on
+partition position mod N, sent to that partition's leader. ``acks="replicated"``
+counts a message once every in-sync replica of its target partition has it.
 """
 
 import logging
@@ -57,6 +64,7 @@ from operator import itemgetter
 
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.errors import ClientError
+from mpbroker.clients.core.leaders import REPLICATED
 from mpbroker.clients.groups.connector import ConsumerConnector
 from mpbroker.clients.groups.message_stream import ConsumerTimeoutError
 from mpbroker.clients.groups.topic_filter import TopicFilter
@@ -89,7 +97,7 @@ class MirrorConfig:
     topic_filter: TopicFilter
     num_streams: int = 1  # streams (threads) per source cluster
     group: str = DEFAULT_GROUP  # the consumer group on every source cluster
-    acks: str = "append"  # append | flush: when the target's acknowledgement comes
+    acks: str = "append"  # append | flush | replicated: when the target's acknowledgement comes
     batch_size: int = 500  # messages per delivery
     linger_ms: int = 100  # the longest a message waits for its batch to fill
     report_interval_s: float = 10.0  # log line and lag read
@@ -110,8 +118,9 @@ class MirrorConfig:
         layout.check_group(self.group)
         if not isinstance(self.topic_filter, TopicFilter):
             raise ValueError("topic_filter must be a Whitelist or a Blacklist")
-        if self.acks not in ("append", "flush"):
-            raise ValueError(f"acks: {self.acks!r} is neither append nor flush (the mirror needs acknowledgements)")
+        if self.acks not in ("append", "flush", "replicated"):
+            raise ValueError(f"acks: {self.acks!r} is none of append, flush, replicated (the mirror needs "
+                             "acknowledgements)")
         if self.num_streams < 1 or self.batch_size < 1 or self.linger_ms < 0:
             raise ValueError("num_streams and batch_size must be at least 1, linger_ms at least 0")
 
@@ -311,6 +320,9 @@ class Mirror:
         discovery = source.partitions
         deadline = time.monotonic() + self.config.source_wait_s
         for topic in [topic for topic in topics if topic not in source.settled]:
+            if discovery.leaders.is_replicated(topic):  # its partitions are all known from its creation
+                source.settled.add(topic)
+                continue
             while True:
                 try:
                     registered = discovery.registered_brokers(topic)
@@ -370,14 +382,17 @@ class Mirror:
             owned[source.zk_connect] = len(offsets)
             brokers = source.partitions.brokers
             for (topic, partition), offset in sorted(offsets.items()):
-                broker = brokers.get(partition.broker_id)
+                if partition.broker_id == REPLICATED:  # read from its leader now
+                    broker = source.partitions.leaders.leader(topic, partition.partition)
+                else:
+                    broker = brokers.get(partition.broker_id)
                 if broker is None or offset < 0:
                     continue
-                reader = source.lag_readers.get(partition.broker_id)
+                reader = source.lag_readers.get(broker.id)
                 if reader is None or (reader.host, reader.port) != (broker.host, broker.port):
                     if reader is not None:
                         reader.close()
-                    reader = source.lag_readers[partition.broker_id] = SimpleConsumer(
+                    reader = source.lag_readers[broker.id] = SimpleConsumer(
                         broker.host, broker.port, connect_timeout_ms=2000, socket_timeout_ms=5000)
                 try:
                     log_end = reader.latest_offset(topic, partition.partition)

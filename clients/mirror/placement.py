@@ -27,11 +27,17 @@ message: ``mpbroker.clients.producer.topic_spread``), and the source list is com
 created on the source is registered by its brokers a moment apart: the mirror
 waits for every live source broker's registration, up to ``source_wait_s``).
 
+A replicated topic's partitions are numbered per topic already: a message read from its
+partition p (``broker_id`` -1, ``leaders.REPLICATED``) has position p, and a replicated
+target topic of N partitions takes it in partition p mod N.
+
 The producer carries the position as the message's key and ``position_partitioner``
 reduces it modulo the target's partition count.
 """
 
 import bisect
+
+from mpbroker.clients.core.leaders import REPLICATED
 
 
 def position_of(pairs: list, broker_id: int, partition: int) -> int:
@@ -58,6 +64,8 @@ class SourcePositions:
         positions = {}
 
         def position(topic: str, broker_id: int, partition: int) -> int:
+            if broker_id == REPLICATED:  # a replicated topic's partition: its number is its position
+                return partition
             key = (topic, broker_id, partition)
             found = positions.get(key)
             if found is None:

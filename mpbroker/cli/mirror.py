@@ -2,7 +2,7 @@
 
     mpbroker-mirror --source-zookeeper ZK_A [--source-zookeeper ZK_C ...] --target-zookeeper ZK_B
         (--whitelist REGEX | --blacklist REGEX) [--num-streams N] [--group G]
-        [--acks append|flush] [--batch-size N] [--linger-ms N]
+        [--acks append|flush|replicated] [--batch-size N] [--linger-ms N]
         [--metrics-port P [--metrics-host H]] [--report-interval-s S]
         [--consumer-property KEY=VALUE ...] [--producer-property KEY=VALUE ...]
 
@@ -49,8 +49,9 @@ def _parser() -> argparse.ArgumentParser:
     topics.add_argument("--blacklist", metavar="REGEX", help="mirror the topics the regex does not match")
     parser.add_argument("--num-streams", type=int, default=1, help="streams (threads) per source (default 1)")
     parser.add_argument("--group", default=DEFAULT_GROUP, help=f"consumer group on the sources ({DEFAULT_GROUP})")
-    parser.add_argument("--acks", choices=("append", "flush"), default="append",
-                        help="a message is mirrored once the target appended it (default) or flushed it")
+    parser.add_argument("--acks", choices=("append", "flush", "replicated"), default="append",
+                        help="a message is mirrored once the target appended it (default), flushed it, or every "
+                             "in-sync replica of its replicated target partition has it")
     parser.add_argument("--batch-size", type=int, default=500, help="messages per delivery (500)")
     parser.add_argument("--linger-ms", type=int, default=100, help="longest wait for a batch to fill (100)")
     parser.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this port")
