@@ -29,7 +29,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 
-from mpbroker.spark_loader.plan import LoadSource, PartitionRange, discover, make_plan, topics_of
+from mpbroker.spark_loader.plan import LoadSource, PartitionRange, discover, make_plan, partition_key, topics_of
 from mpbroker.spark_loader.reader import ReadStats, write_partition_file
 from mpbroker.spark_loader.state import LoaderState
 
@@ -134,7 +134,7 @@ def _write_parquet(spark, todo: list, staging: str, load_date: str, fetch_size: 
             part = PartitionRange(*row)
             stats = []
             name = write_partition_file(part, os.path.join(staging, f"topic={part.topic}", f"load_date={load_date}"),
-                                        f"part-{part.broker_id}-{part.partition}-{attempt}.parquet", fetch_size, stats)
+                                        f"part-{part.node}-{attempt}.parquet", fetch_size, stats)
             yield part.key, tuple(stats[0]), name
 
     plan_rdd = context.parallelize([tuple(part) for part in todo], len(todo))
@@ -170,7 +170,7 @@ def _summary(load_id: str, started_at, duration: float, ranges: list, stats: dic
         "duration_s": round(duration, 3), "messages": messages, "bytes": payload_bytes,
         "messages_per_s": round(messages / duration) if duration > 0 else 0,
         "mb_per_s": round(payload_bytes / duration / 1e6, 2) if duration > 0 else 0,
-        "gaps": [dict(p["gap"], partition=f"{p['topic']}/{p['broker']}-{p['partition']}")
+        "gaps": [dict(p["gap"], partition=partition_key(p["topic"], p["broker"], p["partition"]))
                  for p in partitions if "gap" in p],
         "partitions": partitions,
     }

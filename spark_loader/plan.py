@@ -7,6 +7,12 @@ from one MULTIFETCH probe per broker and topic. A stored offset outside the log
 range at the earliest offset and records the gap, which the summary reports loudly.
 Without a stored offset a partition is read from its earliest offset.
 
+A replicated topic (``mpbroker.registry.replication``, with ZooKeeper) has one range per
+partition 0..N-1, keyed ``<topic>/<partition>`` (``broker_id`` -1: ``leaders.REPLICATED``),
+read from the partition's leader: the plan asks the leader of the moment for the log's
+ends and names it, and a task that finds it no longer leads (NOT_LEADER, or gone) looks
+the new one up in ZooKeeper (``zookeeper``) and reads on from there.
+
 A named topic that does not exist is refused (``UnknownTopicError``, with the closest
 known names), so that a typo is not a load of nothing that exits 0: with ZooKeeper, a
 topic no broker registered; with a broker list, one of which no broker holds a single
@@ -18,8 +24,10 @@ exists). A whitelist that matches nothing is not an error: it is logged.
 import logging
 from typing import NamedTuple
 
+from mpbroker.clients.consumer.leader_consumer import LeaderConsumer
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.brokers import parse_broker_list
+from mpbroker.clients.core.leaders import REPLICATED, read_topic_leaders
 from mpbroker.clients.core.unknown_topics import UnknownTopicError
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.codec.topic_names import check_topic
@@ -39,19 +47,30 @@ class PartitionRange(NamedTuple):
     end: int  # log end when the load started: nothing at or past it is read
     gap_from: int  # -1, or the stored offset that was outside the log (data lost to retention)
     gap_to: int  # -1, or where reading restarted (the earliest offset)
+    zookeeper: str = ""  # a replicated topic's partition (broker_id -1): where to find its new leader
 
     @property
     def key(self) -> str:
         return partition_key(self.topic, self.broker_id, self.partition)
 
+    @property
+    def node(self) -> str:
+        return partition_node(self.broker_id, self.partition)
+
+
+def partition_node(broker_id: int, partition: int) -> str:
+    """``<broker>-<partition>``, or a replicated topic's ``<partition>``."""
+    return str(partition) if broker_id == REPLICATED else f"{broker_id}-{partition}"
+
 
 def partition_key(topic: str, broker_id: int, partition: int) -> str:
-    return f"{topic}/{broker_id}-{partition}"
+    return f"{topic}/{partition_node(broker_id, partition)}"
 
 
 class LoadSource(NamedTuple):
     brokers: dict  # broker id -> (host, port)
-    partitions: list  # [(topic, broker id, partition)]
+    partitions: list  # [(topic, broker id, partition)]; broker id -1: a replicated topic's partition
+    zookeeper: str = ""  # with replicated topics: where their leaders are found
 
 
 def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist: str = "",
@@ -82,6 +101,10 @@ def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist
                 topics = sorted(set(topics) | set(matched))
             partitions = []
             for topic in topics:
+                replicated = read_topic_leaders(client, topic)
+                if replicated is not None:
+                    partitions += [(topic, REPLICATED, p) for p in range(replicated.partitions)]
+                    continue
                 found = read_topic_partitions(client, topic)
                 partitions += [(topic, p.broker_id, p.partition) for p in found if p.broker_id in brokers]
                 absent = sorted({p.broker_id for p in found if p.broker_id not in brokers})
@@ -90,7 +113,7 @@ def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist
                                 "the next load reads them", topic, ", ".join(map(str, absent)), zookeeper)
         finally:
             close_client(client)
-        return LoadSource(brokers, partitions)
+        return LoadSource(brokers, partitions, zookeeper)
     if whitelist:
         raise ValueError("--whitelist needs --zookeeper: the 0.7 protocol cannot list a broker's topics")
     brokers = {broker.id: (broker.host, broker.port) for broker in parse_broker_list(broker_list)}
@@ -127,21 +150,34 @@ def topics_of(offsets: dict) -> set:
 def make_plan(source: LoadSource, stored: dict, max_bytes_per_partition: int = 0) -> list:
     """A PartitionRange per partition (empty ones included: start == end)."""
     ranges = []
-    for broker_id in sorted({b for _, b, _ in source.partitions}):
+    for broker_id in sorted({b for _, b, _ in source.partitions} - {REPLICATED}):
         host, port = source.brokers[broker_id]
         with SimpleConsumer(host, port) as consumer:
             for topic, _, partition in sorted(p for p in source.partitions if p[1] == broker_id):
-                earliest = consumer.earliest_offset(topic, partition)
-                latest = consumer.latest_offset(topic, partition)
-                key = partition_key(topic, broker_id, partition)
-                start = stored.get(key, earliest)
-                gap_from = gap_to = -1
-                if not earliest <= start <= latest:
-                    gap_from, gap_to = start, earliest
-                    log.warning("GAP: %s: the last load stopped at offset %d, but the log holds %d..%d; "
-                                "data before %d was deleted before it was loaded; restarting at %d",
-                                key, start, earliest, latest, earliest, earliest)
-                    start = earliest
-                end = latest if max_bytes_per_partition <= 0 else min(latest, start + max_bytes_per_partition)
-                ranges.append(PartitionRange(topic, broker_id, host, port, partition, start, end, gap_from, gap_to))
+                ranges.append(_range(consumer, host, port, topic, broker_id, partition, stored,
+                                     max_bytes_per_partition))
+    replicated = sorted(p for p in source.partitions if p[1] == REPLICATED)
+    if replicated:
+        with LeaderConsumer(source.zookeeper) as leaders:
+            for topic, _, partition in replicated:
+                ranges.append(leaders.call(topic, partition, lambda consumer: _range(
+                    consumer, consumer.host, consumer.port, topic, REPLICATED, partition, stored,
+                    max_bytes_per_partition, source.zookeeper)))
     return ranges
+
+
+def _range(consumer, host: str, port: int, topic: str, broker_id: int, partition: int, stored: dict,
+           max_bytes_per_partition: int, zookeeper: str = "") -> PartitionRange:
+    earliest = consumer.earliest_offset(topic, partition)
+    latest = consumer.latest_offset(topic, partition)
+    key = partition_key(topic, broker_id, partition)
+    start = stored.get(key, earliest)
+    gap_from = gap_to = -1
+    if not earliest <= start <= latest:
+        gap_from, gap_to = start, earliest
+        log.warning("GAP: %s: the last load stopped at offset %d, but the log holds %d..%d; "
+                    "data before %d was deleted before it was loaded; restarting at %d",
+                    key, start, earliest, latest, earliest, earliest)
+        start = earliest
+    end = latest if max_bytes_per_partition <= 0 else min(latest, start + max_bytes_per_partition)
+    return PartitionRange(topic, broker_id, host, port, partition, start, end, gap_from, gap_to, zookeeper)

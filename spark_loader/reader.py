@@ -8,6 +8,11 @@ the message starts; the messages inside a compressed wrapper share the wrapper's
 ``payload``. The range's end is a message boundary (a log end), except when it was
 capped by ``--max-bytes-per-partition``: then reading stops at the last whole message
 before the cap, and ``ReadStats.next_offset`` says where the next load starts.
+
+A replicated topic's range (``broker`` -1 in the rows) is read from the leader the plan
+named; when that broker no longer leads the partition (NOT_LEADER) or cannot be
+reached, the new leader is looked up in ZooKeeper (``LeaderConsumer``) and the read
+goes on from the next offset there.
 """
 
 import os
@@ -16,7 +21,11 @@ from typing import NamedTuple
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mpbroker.clients.consumer.leader_consumer import LeaderConsumer
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
+from mpbroker.clients.core.errors import BrokerUnavailableError
+from mpbroker.clients.core.leaders import REPLICATED
+from mpbroker.codec.errors import NotLeaderError
 
 ROW_GROUP_BYTES = 64 * 1024 * 1024
 SCHEMA = pa.schema([("broker", pa.int32()), ("partition", pa.int32()), ("offset", pa.int64()),
@@ -35,10 +44,9 @@ def read_batches(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = N
     offset = part.start
     messages = payload_bytes = 0
     if part.start < part.end:
-        consumer = SimpleConsumer(part.host, part.port, fetch_size=fetch_size,
-                                  max_fetch_size=max(fetch_size, 64 * 1024 * 1024))
+        message_sets = _message_sets(part, fetch_size)
         try:
-            for message_set in consumer.message_sets(part.topic, part.partition, part.start):
+            for message_set in message_sets:
                 payloads, next_offsets = message_set.payloads, message_set.next_offsets
                 if next_offsets[-1] > part.end:
                     keep = _count_before(next_offsets, part.end)
@@ -63,9 +71,29 @@ def read_batches(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = N
                 if offset >= part.end or len(payloads) < len(message_set.payloads):
                     break
         finally:
-            consumer.close()
+            message_sets.close()
     if stats is not None:
         stats.append(ReadStats(messages, payload_bytes, offset))
+
+
+def _message_sets(part, fetch_size: int):
+    """``SimpleConsumer.message_sets`` of ``part`` from its broker; a replicated
+    partition's read goes on at its new leader if that broker stops leading it."""
+    options = {"fetch_size": fetch_size, "max_fetch_size": max(fetch_size, 64 * 1024 * 1024)}
+    offset = part.start
+    consumer = SimpleConsumer(part.host, part.port, **options)
+    try:
+        for message_set in consumer.message_sets(part.topic, part.partition, offset):
+            offset = message_set.next_offset
+            yield message_set
+        return
+    except (NotLeaderError, BrokerUnavailableError):
+        if part.broker_id != REPLICATED or not part.zookeeper:
+            raise
+    finally:
+        consumer.close()
+    with LeaderConsumer(part.zookeeper, **options) as leaders:
+        yield from leaders.message_sets(part.topic, part.partition, offset)
 
 
 def _count_before(next_offsets: list, end: int) -> int:
