@@ -1,7 +1,7 @@
 """``mpbroker-console-producer``: one message per line of standard input.
 
     mpbroker-console-producer (--broker-list HOST:PORT[,..] | --zookeeper ZK) --topic T
-        [--compression gzip|snappy] [--key-separator SEP] [--sync|--async] [--acks append|flush]
+        [--compression gzip|snappy] [--key-separator SEP] [--sync|--async] [--acks append|flush|replicated]
         [--audit [--audit-window-ms N] [--audit-topic T]] [--spread-topic]
 
 ``--broker-list`` (alias ``--bootstrap-server``) names the brokers; ``--zookeeper
@@ -15,7 +15,9 @@ and publishes the counts per window to the audit topic (``mpbroker.clients.produ
 so a line it drops (too large, its worker restarting, the broker stopping or crashing
 with the batch unread) is lost without an error and the exit code is still 0.
 ``--acks append`` waits for each batch to be appended (and retries), ``--acks flush``
-for it to be on disk. Consumers see messages only once the broker flushed them
+for it to be on disk, ``--acks replicated`` (Kafka's request.required.acks=-1) until
+every in-sync replica of its partition has it. With ``--zookeeper`` a replicated topic's
+lines go to each partition's current leader (followed when it changes). Consumers see messages only once the broker flushed them
 (``log.flush.interval`` messages or ``log.default.flush.interval.ms``, 3 s by default);
 ``--acks flush`` makes them fetchable when the tool exits.
 
@@ -57,13 +59,14 @@ def _parser() -> argparse.ArgumentParser:
                       help="send each line before reading the next")
     mode.add_argument("--async", dest="producer_type", action="store_const", const="async",
                       help="batch lines in the background (the default)")
-    parser.add_argument("--acks", choices=("none", "append", "flush"), default="none",
+    parser.add_argument("--acks", choices=("none", "append", "flush", "replicated"), default="none",
                         help="none (the default, 0.7's fire-and-forget): the broker answers nothing, so a line "
                              "it drops -- too large, its partition's worker restarting, the broker stopping or "
                              "crashing with the batch unread -- is lost without an error and the exit code is 0; "
                              "append: wait until the broker appended each batch to its log (retried on failure; "
                              "lost only by a power cut before the broker's next flush); flush: wait until it is on "
-                             "disk (and fetchable at once)")
+                             "disk (and fetchable at once); replicated: wait until every in-sync replica of the "
+                             "partition has it (request.required.acks=-1)")
     parser.add_argument("--batch-size", type=int, default=200, help="async: messages per batch")
     parser.add_argument("--queue-time-ms", type=int, default=1000, help="async: longest wait for a batch")
     parser.add_argument("--audit", action="store_true",

@@ -1,8 +1,8 @@
 """``mpbroker-get-offsets``: the offsets of a topic's partitions before a time, from
 the command line (Kafka's GetOffsetShell).
 
-    mpbroker-get-offsets --broker-list HOST:PORT[,..] --topic T [--partition P]
-        [--time -1|-2|MS|ISO-8601] [--max-offsets N]
+    mpbroker-get-offsets (--broker-list HOST:PORT[,..] | --zookeeper ZK) --topic T
+        [--partition P] [--time -1|-2|MS|ISO-8601] [--max-offsets N]
 
 Prints one line per partition, ``<topic>:<partition>:<offset>[,<offset>...]``
 (``<topic>:<broker>-<partition>:...`` when several brokers are listed), the offsets
@@ -14,7 +14,13 @@ later), so the answer's granularity is a segment (``log.file.size``); an empty l
 means every segment was written to after the time. Any offset printed starts a
 message, so it can be given to ``mpbroker-console-consumer --offset``.
 
-A topic none of the brokers has a log for is an error. Exit codes: 0 done; 1 the
+With ``--zookeeper HOST:PORT[,..][/chroot]``: a replicated topic's partitions 0..N-1 are
+asked of their current leaders (``<topic>:<partition>:...``; a leader that changes
+meanwhile is followed); a topic created the 0.7 way, of the brokers that registered
+it (``<topic>:<broker>-<partition>:...``).
+
+A topic none of the brokers has a log for is an error (with ``--zookeeper``: one that
+is not in ZooKeeper). Exit codes: 0 done; 1 the
 broker answered with an error; 2 bad arguments, an unknown topic or partition; 3 no
 broker could be reached. Errors are one line on standard error.
 """
@@ -23,13 +29,17 @@ import argparse
 import sys
 
 from mpbroker.cli.failure import fail
+from mpbroker.clients.consumer.leader_consumer import LeaderConsumer
 from mpbroker.clients.consumer.offset_times import LATEST_TIME, parse_time
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.brokers import parse_broker_list
 from mpbroker.clients.core.errors import BrokerUnavailableError, ClientError
+from mpbroker.clients.core.leaders import PartitionLeaders
 from mpbroker.clients.core.unknown_topics import UnknownTopicError
+from mpbroker.clients.core.zk_registry import read_topic_partitions, read_topics
 from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
 from mpbroker.codec.topic_names import check_topic
+from mpbroker.registry.zk_client import ZooKeeperUnavailable
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 PROG = "mpbroker-get-offsets"
@@ -45,8 +55,12 @@ def _parser() -> argparse.ArgumentParser:
         epilog="A 0.7 broker answers with segment base offsets: the starts of the segments last written at or "
                "before --time, newest first (led by the log end for a time of now or later), so the answer is "
                "as fine as the segments are (log.file.size).")
-    parser.add_argument("--broker-list", "--bootstrap-server", dest="broker_list", metavar="BROKERS", required=True,
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--broker-list", "--bootstrap-server", dest="broker_list", metavar="BROKERS",
                         help="HOST:PORT[,HOST:PORT...] or ID:HOST:PORT[,...] (--bootstrap-server is the same)")
+    source.add_argument("--zookeeper", metavar="ZK",
+                        help="find the brokers in ZooKeeper: HOST:PORT[,HOST:PORT...][/chroot]; a replicated topic's "
+                             "partitions are asked of their leaders")
     parser.add_argument("--topic", required=True, help="the topic")
     parser.add_argument("--partition", type=int, help="only this partition (of each broker; default: all)")
     parser.add_argument("--time", default=str(LATEST_TIME),
@@ -63,7 +77,7 @@ def main(argv=None, stdout=None) -> int:
     out = stdout or sys.stdout
     try:
         check_topic(args.topic)
-        brokers = parse_broker_list(args.broker_list)
+        brokers = parse_broker_list(args.broker_list) if args.broker_list is not None else None
         time_ms = parse_time(args.time)
         if args.partition is not None and args.partition < 0:
             raise ValueError("--partition must be >= 0")
@@ -72,10 +86,10 @@ def main(argv=None, stdout=None) -> int:
     except (ValueError, InvalidTopicError) as exc:
         return fail(PROG, exc, EXIT_USAGE)
     try:
-        lines = _offsets(brokers, args, time_ms)
+        lines = _offsets(brokers, args, time_ms) if brokers is not None else _offsets_from_zookeeper(args, time_ms)
     except (_UsageError, UnknownTopicError) as exc:
         return fail(PROG, exc, EXIT_USAGE)
-    except BrokerUnavailableError as exc:
+    except (BrokerUnavailableError, ZooKeeperUnavailable) as exc:
         return fail(PROG, exc, EXIT_UNREACHABLE)
     except (ClientError, MPBrokerError) as exc:
         return fail(PROG, exc, EXIT_FAILED)
@@ -109,6 +123,40 @@ def _offsets(brokers, args, time_ms: int) -> list:
         where = ", ".join(f"{broker.host}:{broker.port}" for broker in brokers)
         raise UnknownTopicError([args.topic], f"no partition has a log on {where}")
     return lines
+
+
+def _offsets_from_zookeeper(args, time_ms: int) -> list:
+    """--zookeeper: the lines of a replicated topic (from the leaders) or of a 0.7 topic
+    (from the brokers that registered it)."""
+    leaders = PartitionLeaders.connect(args.zookeeper)
+    try:
+        replicated = leaders.topic(args.topic)
+        if replicated is None:
+            registered = [p for p in read_topic_partitions(leaders.client, args.topic) if p.broker_id in leaders.brokers]
+            if not registered:
+                raise UnknownTopicError([args.topic], f"no live broker registered it at {args.zookeeper}",
+                                        read_topics(leaders.client))
+            lines = []
+            for broker_id in sorted({p.broker_id for p in registered}):
+                broker = leaders.brokers[broker_id]
+                with SimpleConsumer(broker.host, broker.port) as consumer:
+                    for p in registered:
+                        if p.broker_id == broker_id and args.partition in (None, p.partition):
+                            offsets = consumer.get_offsets_before(args.topic, p.partition, time_ms, args.max_offsets)
+                            lines.append(f"{args.topic}:{p.node()}:{','.join(map(str, offsets))}")
+            if not lines:
+                raise _UsageError(f"partition {args.partition} of topic {args.topic!r} is on no live broker")
+            return lines
+        if args.partition is not None and args.partition >= replicated.partitions:
+            raise _UsageError(f"partition {args.partition} of topic {args.topic!r} does not exist (it has partitions "
+                              f"0-{replicated.partitions - 1})")
+        partitions = range(replicated.partitions) if args.partition is None else [args.partition]
+        with LeaderConsumer(leaders=leaders) as consumer:
+            return [f"{args.topic}:{partition}:"
+                    f"{','.join(map(str, consumer.get_offsets_before(args.topic, partition, time_ms, args.max_offsets)))}"
+                    for partition in partitions]
+    finally:
+        leaders.close()
 
 
 if __name__ == "__main__":
