@@ -27,7 +27,7 @@ from kazoo.protocol.states import KazooState
 
 from mpbroker.clients.core.brokers import Broker
 from mpbroker.clients.core.errors import LeaderNotAvailableError
-from mpbroker.clients.core.zk_registry import read_brokers
+from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions
 from mpbroker.registry import layout
 from mpbroker.registry.layout import LayoutError
 from mpbroker.registry.replication import (
@@ -62,6 +62,31 @@ def partition_id(broker_id: int, partition: int):
     """The partition a message's ``(broker_id, partition)`` names: a ReplicatedPartition
     for ``broker_id == REPLICATED``, else a 0.7 ``layout.PartitionId``."""
     return ReplicatedPartition(partition) if broker_id == REPLICATED else layout.PartitionId(broker_id, partition)
+
+
+def parse_partition_node(name: str, replicated: bool):
+    """A group's owner or offset node name: ``<partition>`` (a ReplicatedPartition) for a
+    replicated topic, else 0.7's ``<broker>-<partition>``; LayoutError for anything else."""
+    if not replicated:
+        return layout.parse_partition_node(name)
+    if not (name.isdigit() and len(name) <= 10):
+        raise LayoutError(f"{name!r} is not <partition> (a replicated topic's partition)")
+    return ReplicatedPartition(int(name))
+
+
+def registered_partitions(client, topic: str) -> tuple:
+    """``(partitions, leaders)`` of ``topic`` read now: a replicated topic's
+    ReplicatedPartitions 0..N-1 and ``{partition: Broker or None}`` (its leaders), else
+    the PartitionIds the brokers registered and ``None``."""
+    replicated = read_topic_leaders(client, topic)
+    if replicated is None:
+        return read_topic_partitions(client, topic), None
+    brokers = read_brokers(client)
+    leaders = {}
+    for partition in range(replicated.partitions):
+        info = brokers.get(replicated.leader_id(partition))
+        leaders[partition] = None if info is None else Broker(info.id, info.host, info.port)
+    return [ReplicatedPartition(p) for p in range(replicated.partitions)], leaders
 
 
 class TopicLeaders(NamedTuple):

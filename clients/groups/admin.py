@@ -33,7 +33,8 @@ from typing import NamedTuple
 from kazoo.exceptions import NoNodeError
 
 from mpbroker.clients.core.errors import BrokerUnavailableError
-from mpbroker.clients.core.zk_registry import children, read_brokers, read_topic_partitions
+from mpbroker.clients.core.leaders import REPLICATED, parse_partition_node, partition_id, registered_partitions
+from mpbroker.clients.core.zk_registry import children, read_brokers
 from mpbroker.clients.groups.offset_targets import Target, TargetError, resolve
 from mpbroker.clients.groups.report import GroupNotFound, rows_by_broker
 from mpbroker.codec.errors import InvalidTopicError
@@ -124,13 +125,14 @@ def live_members(client, group: str) -> list:
     return sorted(members)
 
 
-def _committed(client, group: str, topic: str) -> dict:
-    """``{PartitionId: (offset or None, node version)}`` of ``topic``'s offset nodes."""
+def _committed(client, group: str, topic: str, replicated: bool = False) -> dict:
+    """``{PartitionId: (offset or None, node version)}`` of ``topic``'s offset nodes (a
+    replicated topic's: ``{ReplicatedPartition: ...}``)."""
     path = layout.offsets_path(group, topic)
     committed = {}
     for name in children(client, path):
         try:
-            partition = layout.parse_partition_node(name)
+            partition = parse_partition_node(name, replicated)
             value, stat = client.get(f"{path}/{name}")
         except (layout.LayoutError, NoNodeError):
             continue
@@ -157,10 +159,13 @@ def plan_reset(client, group: str, target: Target, selections=(), *,
         if not topics:
             raise ValueError(f"group {group!r} has no committed offsets: name the topics to set with --topic")
         selections = [TopicSelection(topic) for topic in topics]
-    wanted = {}  # (topic, PartitionId) -> (current offset, version)
+    wanted = {}  # (topic, PartitionId or ReplicatedPartition) -> (current offset, version)
+    leaders = {}  # (topic, partition) -> its leader (replicated topics)
     for selection in selections:
-        registered = set(read_topic_partitions(client, selection.topic))
-        committed = _committed(client, group, selection.topic) if group_exists else {}
+        registered, topic_leaders = registered_partitions(client, selection.topic)
+        registered = set(registered)
+        leaders.update({(selection.topic, p): broker for p, broker in (topic_leaders or {}).items()})
+        committed = _committed(client, group, selection.topic, topic_leaders is not None) if group_exists else {}
         known = registered | set(committed)
         if not known:
             raise ValueError(f"topic {selection.topic!r} is registered by no broker and the group has no offsets "
@@ -173,7 +178,7 @@ def plan_reset(client, group: str, target: Target, selections=(), *,
                   "node": key[1].node(), "current_offset": current, "new_offset": None, "problem": None,
                   "problem_kind": None}
             for key, (current, _) in wanted.items()}
-    _resolve_targets(rows, brokers, target, broker_timeout_ms)
+    _resolve_targets(rows, brokers, target, broker_timeout_ms, leaders)
     return ResetPlan(group, target, group_exists, live_members(client, group) if group_exists else [],
                      [rows[key] for key in sorted(rows)], {key: version for key, (_, version) in wanted.items()})
 
@@ -193,11 +198,12 @@ def _narrow(selection: TopicSelection, known: set) -> list:
     return sorted(chosen)
 
 
-def _resolve_targets(rows: dict, brokers: dict, target: Target, timeout_ms: int) -> None:
-    for broker_id, broker, consumer, entries in rows_by_broker(rows, brokers, timeout_ms):
+def _resolve_targets(rows: dict, brokers: dict, target: Target, timeout_ms: int, leaders=None) -> None:
+    for broker_id, broker, consumer, entries in rows_by_broker(rows, brokers, timeout_ms, leaders):
         if broker is None:
+            why = "no leader now" if broker_id == REPLICATED else f"broker {broker_id} is not registered"
             for _, _, row in entries:
-                row["problem"], row["problem_kind"] = f"broker {broker_id} is not registered", "unreachable"
+                row["problem"], row["problem_kind"] = why, "unreachable"
             continue
         for index, (topic, partition, row) in enumerate(entries):
             try:
@@ -232,7 +238,7 @@ def execute_reset(client, plan: ResetPlan) -> int:
         if client.exists(path) is None:
             transaction.create(path, b"")
     for row in plan.rows:
-        partition = PartitionId(row["broker_id"], row["partition"])
+        partition = partition_id(row["broker_id"], row["partition"])
         path = layout.offset_path(plan.group, row["topic"], partition)
         value = str(row["new_offset"]).encode()
         version = plan.versions.get((row["topic"], partition))

@@ -24,6 +24,7 @@ leaders' partitions go on meanwhile.
 import logging
 import queue
 import threading
+import time
 
 from mpbroker.clients.consumer.leader_consumer import LeaderConsumer
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 MAX_UNREACHABLE_BACKOFF_S = 5.0
 PUT_SLICE_S = 0.1
+REFRESH_S = 0.5  # the LeaderFetcher reads a topic's leaders again at most this often
 
 
 class BrokerFetcher(threading.Thread):
@@ -171,6 +173,7 @@ class LeaderFetcher(BrokerFetcher):
                                          max_fetch_size=settings.max_fetch_size,
                                          socket_timeout_ms=settings.socket_timeout_ms)
         self._failing = {}  # broker id -> the last error logged for it (logged once until it answers)
+        self._refreshed = {}  # topic -> when its leaders were last read again
 
     def _source(self) -> str:
         return "the leaders of replicated partitions"
@@ -206,8 +209,11 @@ class LeaderFetcher(BrokerFetcher):
                     log.warning("fetching from leader %d (%s:%d) failed: %s; following the leaders", broker.id,
                                 broker.host, broker.port, exc)
                 stale.update(info.topic for info in infos)
-        for topic in stale:
-            self._leaders.refresh(topic)
+        now = time.monotonic()
+        for topic in stale:  # the watches bring changes too: read again at most every REFRESH_S
+            if now - self._refreshed.get(topic, 0.0) >= REFRESH_S:
+                self._refreshed[topic] = now
+                self._leaders.refresh(topic)
         return queued
 
     def _on_error(self, consumer, info, code: int) -> None:

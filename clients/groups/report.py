@@ -32,7 +32,8 @@ from kazoo.exceptions import NoNodeError
 
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.errors import BrokerError, BrokerUnavailableError, ClientError
-from mpbroker.clients.core.zk_registry import children, read_brokers, read_topic_partitions, read_topics
+from mpbroker.clients.core.leaders import REPLICATED, parse_partition_node, registered_partitions
+from mpbroker.clients.core.zk_registry import children, read_brokers, read_topics
 from mpbroker.clients.groups.lag_estimate import lag_messages
 from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
 from mpbroker.registry import layout
@@ -147,15 +148,18 @@ def read_group(client, group: str, *, broker_timeout_ms: int = BROKER_TIMEOUT_MS
             topics.update(t for t in registered_topics if subscription.streams_for(t))
 
     brokers = read_brokers(client)
-    rows = {}  # (topic, PartitionId) -> partition dict
+    rows = {}  # (topic, PartitionId or ReplicatedPartition) -> partition dict
+    leaders = {}  # (topic, partition) -> its leader's Broker (None: no leader), for replicated topics
     for topic in sorted(topics):
         try:
-            registered = read_topic_partitions(client, topic)
+            registered, topic_leaders = registered_partitions(client, topic)
         except (layout.LayoutError, InvalidTopicError) as exc:  # a node name that cannot be a topic
             notes.append(f"topic {topic!r}: {exc}")
             continue
-        owners = _partition_values(client, f"{base}/owners/{topic}", topic, notes)
-        offsets = _partition_values(client, f"{base}/offsets/{topic}", topic, notes)
+        replicated = topic_leaders is not None
+        leaders.update({(topic, p): broker for p, broker in (topic_leaders or {}).items()})
+        owners = _partition_values(client, f"{base}/owners/{topic}", topic, notes, replicated)
+        offsets = _partition_values(client, f"{base}/offsets/{topic}", topic, notes, replicated)
         for partition in sorted(set(registered) | set(owners) | set(offsets)):
             committed = None
             if partition in offsets:
@@ -172,7 +176,7 @@ def read_group(client, group: str, *, broker_timeout_ms: int = BROKER_TIMEOUT_MS
                 "registered": partition in registered,
             }
 
-    _fill_log_ends(rows, brokers, broker_timeout_ms, notes)
+    _fill_log_ends(rows, brokers, broker_timeout_ms, notes, leaders)
 
     by_stream = {}
     for (topic, partition), row in sorted(rows.items()):
@@ -217,12 +221,13 @@ def subscribed_topics(subscriptions: dict) -> set:
     return {topic for s in subscriptions.values() if s.pattern is None for topic in s.topics}
 
 
-def _partition_values(client, path: str, topic: str, notes: list) -> dict:
-    """``{PartitionId: value}`` of the ``<broker>-<partition>`` children of ``path``."""
+def _partition_values(client, path: str, topic: str, notes: list, replicated: bool = False) -> dict:
+    """``{PartitionId: value}`` of the ``<broker>-<partition>`` children of ``path`` (a
+    replicated topic: ``{ReplicatedPartition: value}`` of its ``<partition>`` children)."""
     values = {}
     for name in children(client, path):
         try:
-            partition = layout.parse_partition_node(name)
+            partition = parse_partition_node(name, replicated)
         except layout.LayoutError as exc:
             notes.append(f"{path}: {exc}")
             continue
@@ -232,14 +237,23 @@ def _partition_values(client, path: str, topic: str, notes: list) -> dict:
     return values
 
 
-def rows_by_broker(rows: dict, brokers: dict, timeout_ms: int):
+def rows_by_broker(rows: dict, brokers: dict, timeout_ms: int, leaders=None):
     """Per broker id, in order: ``(broker_id, broker, consumer, entries)``, ``entries``
     the ``(topic, partition, row)`` of its partitions in order and ``consumer`` a
     SimpleConsumer of that broker, closed after its turn (broker and consumer None for a
-    broker that is not registered). One connection per broker."""
+    broker that is not registered). One connection per broker. A replicated topic's
+    partition goes with its leader (``leaders``: ``{(topic, partition): Broker or None}``;
+    one without a leader comes under broker id -1, not registered)."""
     by_broker = {}
+    leaders = leaders or {}
     for (topic, partition), row in sorted(rows.items()):
-        by_broker.setdefault(partition.broker_id, []).append((topic, partition, row))
+        broker_id = partition.broker_id
+        if broker_id == REPLICATED:
+            leader = leaders.get((topic, partition.partition))
+            if leader is not None:
+                broker_id = leader.id
+                brokers = {**brokers, leader.id: brokers.get(leader.id, leader)}
+        by_broker.setdefault(broker_id, []).append((topic, partition, row))
     for broker_id, entries in sorted(by_broker.items()):
         broker = brokers.get(broker_id)
         if broker is None:
@@ -253,12 +267,17 @@ def rows_by_broker(rows: dict, brokers: dict, timeout_ms: int):
             consumer.close()
 
 
-def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list) -> None:
-    """Each row's ``log_end_offset`` from its broker, and with a committed offset its
-    lag in messages (a broker that cannot be reached is given up after its first failure)."""
-    for broker_id, broker, consumer, entries in rows_by_broker(rows, brokers, timeout_ms):
+def _fill_log_ends(rows: dict, brokers: dict, timeout_ms: int, notes: list, leaders=None) -> None:
+    """Each row's ``log_end_offset`` from its broker (a replicated topic's: from its
+    leader), and with a committed offset its lag in messages (a broker that cannot be
+    reached is given up after its first failure)."""
+    for broker_id, broker, consumer, entries in rows_by_broker(rows, brokers, timeout_ms, leaders):
         if broker is None:
-            notes.append(f"broker {broker_id} is not registered: no log end for its partitions")
+            if broker_id == REPLICATED:
+                notes.append("no leader now for " + ", ".join(f"{t} {p.node()}" for t, p, _ in entries)
+                             + ": no log end for them")
+            else:
+                notes.append(f"broker {broker_id} is not registered: no log end for its partitions")
             continue
         for topic, partition, row in entries:
             try:

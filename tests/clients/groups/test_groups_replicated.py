@@ -10,8 +10,11 @@ import pytest
 from mpbroker.clients import Producer
 from mpbroker.clients.core.leaders import REPLICATED
 from mpbroker.clients.core.zk_registry import children
+from mpbroker.clients.groups.admin import execute_reset, parse_topic_selection, plan_reset
 from mpbroker.clients.groups.connector import ConsumerConnector
 from mpbroker.clients.groups.message_stream import ConsumerTimeoutError
+from mpbroker.clients.groups.offset_targets import EARLIEST
+from mpbroker.clients.groups.report import read_group
 from mpbroker.registry import layout
 from tests.clients.helpers import wait_for
 from tests.clients.replicated import Cluster
@@ -78,6 +81,16 @@ def test_members_share_the_partitions_of_a_replicated_topic(cluster):
     finally:
         first.shutdown()
         second.shutdown()
+    # The group tools read the <partition> nodes, and the log ends from the leaders.
+    report = read_group(client, "g")
+    (topic,) = report["topics"]
+    assert [row["node"] for row in topic["partitions"]] == ["0", "1", "2", "3"]
+    assert all(row["log_end_offset"] is not None for row in topic["partitions"]) and not report["notes"]
+    assert [row["lag"] for row in topic["partitions"] if row["committed_offset"] is not None] == [0] * len(offsets)
+    plan = plan_reset(client, "g", EARLIEST, [parse_topic_selection("r:1")])
+    assert [(row["node"], row["new_offset"]) for row in plan.rows] == [("1", 0)]
+    assert execute_reset(client, plan) == 1
+    assert client.get(f"{layout.offsets_path('g', 'r')}/1")[0] == b"0"
 
 
 def test_a_group_follows_a_new_leader(cluster):
