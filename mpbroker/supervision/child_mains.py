@@ -16,7 +16,8 @@ def run_worker(supervisor, child) -> int:
     recover = not supervisor.clean or child.restarts > 0
     worker = PartitionWorker(slot, supervisor.config, memory.request_rings[slot], memory.answer_rings[slot],
                              memory.tables[slot], memory.slots, child.child_channel, memory.counters.row(slot),
-                             recover=recover)
+                             recover=recover,
+                             lease_slot=supervisor.registrar.slot if supervisor.registrar is not None else None)
     return worker.run()
 
 
