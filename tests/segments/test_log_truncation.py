@@ -5,16 +5,20 @@ the epoch file follow; appends go on at the cut; a reopen (recovering or not) sh
 the new bytes and no trace of the old ones."""
 
 import os
+import tempfile
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.codec.message_set import validate_message_set
-from mpbroker.segments import truncation
+from mpbroker.segments import LogConfig, truncation
 from mpbroker.segments.leader_epochs import FILE_NAME, EpochEntry, LeaderEpochs
+from mpbroker.segments.log import Log
 from mpbroker.segments.verify import verify_partition
 
-from .conftest import message_set
+from .conftest import FakeClock, message_set
 
 HOUR = 3600 * 1000
 CHUNK = message_set(4)
@@ -432,3 +436,99 @@ def test_a_reopen_after_truncation_shows_no_trace_of_the_cut_bytes(open_log, rec
     assert not any(b"DIVERGENT" in data for data in on_disk(reopened).values())
     assert validate_message_set(everything(reopened)).complete
 
+
+# --- a property: any mix of appends, flushes, epochs, truncations and reopens ------------
+
+_OPERATIONS = st.one_of(
+    st.tuples(st.just("append"), st.lists(st.integers(1, 3), min_size=1, max_size=4)),
+    st.tuples(st.just("flush")),
+    st.tuples(st.just("epoch")),
+    st.tuples(st.just("truncate"), st.integers(0, 1000)),
+    st.tuples(st.just("truncate past the end"), st.integers(1, 50)),
+    st.tuples(st.just("truncate fully"), st.integers(-200, 200)),
+    st.tuples(st.just("reopen"), st.sampled_from([(False, None), (True, None), (True, 0), (True, "point")])),
+)
+
+
+class Model:
+    """What the log must hold: its start, its bytes, where its sets begin, its epochs."""
+
+    def __init__(self):
+        self.start, self.data, self.boundaries, self.epochs, self.next_epoch = 0, b"", [0], [], 0
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.data)
+
+    def cut(self, offset: int) -> None:
+        if offset > self.end:
+            return
+        self.data = self.data[:offset - self.start]
+        self.boundaries = [b for b in self.boundaries if b <= offset]
+        self.epochs = [entry for entry in self.epochs if entry[1] < offset]
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_OPERATIONS, max_size=30))
+def test_truncations_and_reopens_match_a_bytes_model(operations):
+    with tempfile.TemporaryDirectory() as root:
+        opened = []
+
+        def open_log(recover=False, recovery_point=None):
+            log = Log.open(root, "p", 0, LogConfig(segment_bytes=100), recover=recover,
+                           recovery_point=recovery_point, clock_ms=FakeClock(), timer_ms=FakeClock())
+            opened.append(log)
+            return log
+
+        log, model, tag = open_log(), Model(), 0
+        try:
+            for operation in operations:
+                kind = operation[0]
+                if kind == "append":
+                    sets = []
+                    for count in operation[1]:
+                        sets.append(message_set(count, tag=b"%d-" % tag))
+                        tag += 1
+                    assert log.append_many(sets, sum(operation[1])) == model.end
+                    for one in sets:
+                        model.data += one
+                        model.boundaries.append(model.end)
+                elif kind == "flush":
+                    log.flush()
+                    assert everything(log) == model.data
+                elif kind == "epoch":
+                    model.next_epoch += 1
+                    assert log.assign_epoch(model.next_epoch)
+                    if model.epochs and model.epochs[-1][1] == model.end:
+                        model.epochs.pop()
+                    model.epochs.append((model.next_epoch, model.end))
+                elif kind == "truncate":
+                    offset = model.boundaries[operation[1] % len(model.boundaries)]
+                    assert log.truncate_to(offset) == offset
+                    model.cut(offset)
+                elif kind == "truncate past the end":
+                    assert log.truncate_to(model.end + operation[1]) == model.end
+                elif kind == "truncate fully":
+                    offset = max(0, model.end + operation[1])
+                    log.truncate_fully_and_start_at(offset)
+                    model.start, model.data, model.boundaries, model.epochs = offset, b"", [offset], []
+                else:
+                    recover, point = operation[1]
+                    point = log.recovery_point if point == "point" else point
+                    log.close()
+                    log = open_log(recover, point)
+                    assert log.flushed_end == model.end
+                assert (log.log_start, log.log_end) == (model.start, model.end)
+                assert model.start <= log.flushed_end <= log.log_end
+                assert log.recovery_point is None or log.recovery_point <= log.flushed_end
+                files = on_disk(log)
+                assert list(files) == [name(base) for base in log.segment_bases]
+                assert b"".join(files.values()) == model.data
+                assert log.leader_epochs.entries == model.epochs
+                assert LeaderEpochs.load(log.directory).entries == model.epochs
+            log.flush()
+            assert everything(log) == model.data
+        finally:
+            for each in opened:
+                for segment in each._segments:
+                    segment.close()
