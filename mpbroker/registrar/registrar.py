@@ -144,11 +144,12 @@ class Registrar(ChildProcess):
                 self.checked = True
                 self.channel.send(Op.CHECKED, zookeeper=True)
             if self.serving:
+                began = monotonic_ms()
+                self._read_roles()  # first: the topic scan leaves the replicated topics out
                 self._register()
                 if self.registration.registered_session is not None:  # only a live broker controls
-                    began = monotonic_ms()
                     self.controller.step()
-                    self._read_roles()
+                if self.registration.registered_session == self.client.client_id[0]:  # and leads
                     lease_ms = self.config.zk_sessiontimeout_ms * 2 // 3
                     self.slots.renew_lease(self.slot, began + lease_ms)
         except (ZooKeeperUnavailable, *TRANSIENT) as exc:
@@ -221,7 +222,10 @@ class Registrar(ChildProcess):
         self.registration.register()
 
     def _topics(self) -> dict:
-        topics = {topic for table in self.tables for _, topic, _ in table.names()}
+        """The 0.7 topics of the partition tables (a replicated topic's nodes are the
+        controller's: its partitions are not registered per broker)."""
+        replicated = self.roles.replicated_topics if self.roles is not None else {}
+        topics = {topic for table in self.tables for _, topic, _ in table.names() if topic not in replicated}
         return {topic: self.config.partitions_for(topic) for topic in topics}
 
     # --- reporting --------------------------------------------------------------

@@ -41,6 +41,11 @@ class ReplicaRoles:
         self._topics = None  # last sent: replicated topic -> partition count
         self._entries = {}  # last sent: (topic, partition) -> entry
 
+    @property
+    def replicated_topics(self) -> dict:
+        """The replicated topics as last read (topic -> partition count)."""
+        return self._topics or {}
+
     def forget(self) -> None:
         """Send everything again at the next step (a new session may have missed changes)."""
         self._topics = None

@@ -150,7 +150,9 @@ class LeaderLink:
             if replica.needs_truncation:
                 latest = replica.log.leader_epochs.latest
                 if latest is None:  # nothing here the leader vouched for
-                    fetcher.truncate(replica, replica.log.log_start)
+                    if not fetcher.truncate(replica, replica.log.log_start):
+                        self._retry_later()  # after its flush
+                        return
                     continue
                 self._send(rq.encode_leader_epoch_end(fetcher.broker_id, replica.topic, replica.partition,
                                                       replica.leader_epoch, latest.epoch),
@@ -212,7 +214,7 @@ class LeaderLink:
 
 
 class ReplicaFetcher:
-    def __init__(self, worker, broker_id: int, config, manager, publisher, flusher, throttled_log):
+    def __init__(self, worker, broker_id: int, config, manager, publisher, flusher, throttled_log, truncated):
         self.worker = worker
         self.selector = worker.selector
         self.timers = worker.timers
@@ -222,6 +224,7 @@ class ReplicaFetcher:
         self._publisher = publisher
         self._flusher = flusher
         self._throttled_log = throttled_log
+        self._truncated = truncated  # callable(): write the recovery points now (they came down)
         self.links = {}  # (address, share) -> LeaderLink
         self._link_of = {}  # Replica -> LeaderLink
         self._fetch_sizes = {}  # Replica -> bytes asked per fetch (grown for a message larger than that)
@@ -279,8 +282,7 @@ class ReplicaFetcher:
                 return True  # its role changed meanwhile
             if error:
                 return False
-            self._truncate_after_epoch_answer(replica, epoch, end_offset)
-            return True
+            return self._truncate_after_epoch_answer(replica, epoch, end_offset)
         parts = responses.decode_replica_fetch(frame)
         sent = in_flight[1]
         if len(parts) != len(sent):
@@ -294,11 +296,14 @@ class ReplicaFetcher:
                 progress |= self._append(replica, offset, part)
             elif part.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if offset < part.log_start:
+                    if replica.log.flush_in_flight:
+                        wait = True  # a flusher thread is syncing its segments: after that
+                        continue
                     log.warning("%s-%d: the leader's log starts at %d, past this replica's end %d: starting "
                                 "afresh there", replica.topic, replica.partition, part.log_start, offset)
                     replica.log.truncate_fully_and_start_at(part.log_start)
                     replica.high_watermark = part.log_start
-                    self._publisher.publish(replica.log)
+                    self._after_truncation(replica)
                 else:
                     replica.needs_truncation = True
                 progress = True
@@ -336,17 +341,20 @@ class ReplicaFetcher:
             self._publisher.publish(partition_log)
         return True
 
-    def _truncate_after_epoch_answer(self, replica, epoch: int, end_offset: int) -> None:
+    def _truncate_after_epoch_answer(self, replica, epoch: int, end_offset: int) -> bool:
         partition_log = replica.log
         if epoch == UNDEFINED or end_offset == UNDEFINED:
             cut = partition_log.log_start  # the leader has no epoch that old: keep nothing of ours
         else:
             mine = partition_log.leader_epochs.end_offset_for(epoch, partition_log.log_end)
             cut = end_offset if mine.epoch == UNDEFINED else min(end_offset, mine.start_offset)
-        self.truncate(replica, cut)
+        return self.truncate(replica, cut)
 
-    def truncate(self, replica, cut: int) -> None:
+    def truncate(self, replica, cut: int) -> bool:
+        """Cut the log at ``cut``; False if it must wait (a flush of it is in flight)."""
         partition_log = replica.log
+        if cut < partition_log.log_end and partition_log.flush_in_flight:
+            return False
         if cut < partition_log.log_start:
             partition_log.truncate_fully_and_start_at(cut)
         elif cut < partition_log.log_end:
@@ -355,4 +363,12 @@ class ReplicaFetcher:
             partition_log.truncate_to(cut)
         replica.needs_truncation = False
         replica.high_watermark = min(replica.high_watermark, partition_log.log_end)
-        self._publisher.publish(partition_log)
+        self._after_truncation(replica)
+        return True
+
+    def _after_truncation(self, replica) -> None:
+        """The recovery point came down with the log end: publish it (a respawned worker
+        recovers from the table) and write the checkpoint before new bytes go over the
+        cut (a restart must not trust a recovery point above it)."""
+        self._publisher.publish(replica.log)
+        self._truncated()

@@ -171,7 +171,7 @@ class PartitionWorker(ChildProcess):
         self.watch(self.answers.space_fd, self._on_answer_space)
         self.watch(self.flusher.done_fd, self._on_flushed)
         self.fetcher = ReplicaFetcher(self, self.config.brokerid, self.config, self.replication, self.publisher,
-                                      self.flusher, ThrottledLog(log))
+                                      self.flusher, ThrottledLog(log), self._checkpoint_now)
         self.replication.fetcher = self.fetcher
         self.timers.every(REPLICATION_TICK_MS, self._replication_tick)
         return None
@@ -285,6 +285,17 @@ class PartitionWorker(ChildProcess):
         return {(partition_log.topic, partition_log.partition):
                 stored(partition_log.recovery_point)
                 for partition_log in self.logs.logs()}
+
+    def _checkpoint_now(self) -> None:
+        """Write the recovery points at once (a truncation lowered one): no restart may
+        trust a point above what the log now holds."""
+        points = self._recovery_points_now()
+        try:
+            write_checkpoint(self._checkpoint_path, points)
+        except OSError as exc:
+            log.error("writing the recovery points to %s failed: %s", self._checkpoint_path, exc)
+            return
+        self._checkpointed = points
 
     def _checkpoint(self, _now: int) -> None:
         """Hand the recovery points to the flusher threads for writing, if they moved."""
