@@ -5,6 +5,7 @@ its own (retrying the leader lookup the way a client does)."""
 import os
 import socket
 import struct
+import threading
 import time
 
 from mpbroker.codec import requests as rq
@@ -31,6 +32,12 @@ def round_trip(port: int, frame: bytes, timeout: float = 10.0) -> bytes:
         head = _receive(sock, 4)
         (size,) = struct.unpack(">i", head)
         return _receive(sock, size)
+
+
+def receive_answer(sock) -> bytes:
+    """One answer frame's body from ``sock``."""
+    (size,) = struct.unpack(">i", _receive(sock, 4))
+    return _receive(sock, size)
 
 
 def _receive(sock, count: int) -> bytes:
@@ -69,9 +76,9 @@ def message_set(payloads) -> bytes:
     return b"".join(encode_message(payload) for payload in payloads)
 
 
-def produce(port: int, topic: str, partition: int, payloads, durability: int = 2):
+def produce(port: int, topic: str, partition: int, payloads, durability: int = 2, timeout: float = 10.0):
     """The broker's ProduceAck (error, partition, offset, next offset)."""
-    body = round_trip(port, rq.encode_produce_acked(durability, topic, partition, message_set(payloads)))
+    body = round_trip(port, rq.encode_produce_acked(durability, topic, partition, message_set(payloads)), timeout)
     return responses.decode_produce_ack(body)
 
 
@@ -116,3 +123,70 @@ def log_bytes(broker, topic: str, partition: int) -> bytes:
         with open(os.path.join(directory, segment_file_name(base)), "rb") as file:
             data += file.read()
     return bytes(data)
+
+
+class Load:
+    """Producers of unique payloads with durability 2 to whichever broker leads;
+    a produce that fails is not retried (its payloads are never counted as acknowledged)."""
+
+    def __init__(self, client, brokers, topic: str, partition: int = 0):
+        self.client, self.brokers, self.topic, self.partition = client, brokers, topic, partition
+        self.acked = []  # payloads, in the order of their acknowledgements
+        self.ack_times = []  # (monotonic time, leader)
+        self.errors = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._sequence = 0
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            leader, port = leader_port(self.client, self.brokers, self.topic, self.partition)
+            if port is None:
+                time.sleep(0.02)
+                continue
+            payloads = [f"{self._sequence}-{i}".encode() for i in range(5)]
+            self._sequence += 1
+            try:
+                ack = produce(port, self.topic, self.partition, payloads, timeout=3.0)
+            except OSError as exc:
+                self.errors.append(repr(exc))
+                time.sleep(0.02)
+                continue
+            if ack.error == ErrorCode.NO_ERROR:
+                self.acked += payloads
+                self.ack_times.append((time.monotonic(), leader))
+            else:
+                self.errors.append(ack.error)
+                time.sleep(0.02)
+
+
+def check_read_back(port: int, topic: str, acked: list, partition: int = 0) -> list:
+    """Every acknowledged payload is read back once, in order: the payloads read."""
+    read = read_all(port, topic, partition)
+    positions = {payload: index for index, payload in enumerate(read)}
+    assert len(positions) == len(read), "a payload was read twice"
+    missing = [payload for payload in acked if payload not in positions]
+    assert not missing, f"{len(missing)} acknowledged messages lost, e.g. {missing[:3]}"
+    order = [positions[payload] for payload in acked]
+    assert order == sorted(order), "acknowledged messages read back out of order"
+    return read
+
+
+def wait_identical(brokers, topic: str, partition: int = 0, timeout: float = 30.0) -> bytes:
+    """Wait until these brokers hold the same bytes of the partition; return them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = [log_bytes(broker, topic, partition) for broker in brokers]
+        if all(data == logs[0] for data in logs):
+            return logs[0]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"replicas differ after {timeout}s: lengths {[len(data) for data in logs]}")
+        time.sleep(0.1)
