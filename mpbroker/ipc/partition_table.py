@@ -34,10 +34,10 @@ ENTRY_BYTES = 512  # a multiple of 8: every entry's seq word is aligned
 # recovery_point, segment_count, partition
 _FIELDS = struct.Struct("<qqqQQQqqIi")
 _FIELDS_AT = 8
-# Replication: role, leader, leader_epoch, epoch_start, high_watermark, then the ISR's
-# broker ids (-1 for an unused place).
+# Replication: role, leader, leader_epoch, epoch_start, high_watermark, replica count,
+# then the ISR's broker ids (-1 for an unused place).
 MAX_ISR = 8
-_REPLICA_FIELDS = struct.Struct(f"<qqqqq{MAX_ISR}i")
+_REPLICA_FIELDS = struct.Struct(f"<qqqqqq{MAX_ISR}i")
 _REPLICA_AT = _FIELDS_AT + _FIELDS.size
 _NO_ISR = (-1,) * MAX_ISR
 _NAME_AT = _REPLICA_AT + _REPLICA_FIELDS.size
@@ -72,11 +72,17 @@ class PartitionState(NamedTuple):
     leader_epoch: int = -1
     epoch_start: int = 0  # where the current leader epoch began in this log
     high_watermark: int = 0  # what readers of a replicated partition may see
+    replica_count: int = 0  # replicas the assignment gives the partition (0: unreplicated)
     isr_slots: tuple = _NO_ISR  # the in-sync replicas' ids, -1 for unused places
 
     @property
     def isr(self) -> tuple:
         return tuple(broker for broker in self.isr_slots if broker >= 0)
+
+    @property
+    def under_replicated(self) -> bool:
+        """Led here, with an ISR smaller than its replicas (Kafka's UnderReplicatedPartitions)."""
+        return self.role == Role.LEADER and len(self.isr) < self.replica_count
 
     @property
     def visible_end(self) -> int:
@@ -156,7 +162,7 @@ class PartitionTable:
                 fields = _FIELDS.unpack_from(mm, at + _FIELDS_AT)
                 replica = _REPLICA_FIELDS.unpack_from(mm, at + _REPLICA_AT)
                 if words[word] == before:
-                    return PartitionState(*fields, *replica[:5], replica[5:])
+                    return PartitionState(*fields, *replica[:6], replica[6:])
             spins += 1
             if spins > _BUSY_SPINS:
                 now = time.monotonic()
@@ -187,7 +193,7 @@ class PartitionTable:
         at = self._at(count)
         self._words[at >> 3] = 0
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, -1, 0, partition)
-        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, Role.UNREPLICATED, -1, -1, 0, 0, *_NO_ISR)
+        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, Role.UNREPLICATED, -1, -1, 0, 0, 0, *_NO_ISR)
         _NAME_LENGTH.pack_into(self._mm, at + _NAME_AT, len(raw))
         start = at + _NAME_AT + _NAME_LENGTH.size
         self._mm[start:start + len(raw)] = raw
@@ -201,7 +207,7 @@ class PartitionTable:
         writes it). The next ``write`` makes the entry consistent for readers again."""
         at = self._at(index)
         replica = _REPLICA_FIELDS.unpack_from(self._mm, at + _REPLICA_AT)
-        return PartitionState(*_FIELDS.unpack_from(self._mm, at + _FIELDS_AT), *replica[:5], replica[5:])
+        return PartitionState(*_FIELDS.unpack_from(self._mm, at + _FIELDS_AT), *replica[:6], replica[6:])
 
     def write(self, index: int, state: PartitionState) -> None:
         at = self._at(index)
@@ -210,7 +216,7 @@ class PartitionTable:
         odd = words[word] | 1  # odd already if a dead predecessor stopped mid-update
         words[word] = odd
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, *state[:10])
-        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, *state[10:15], *state.isr_slots)
+        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, *state[10:16], *state.isr_slots)
         words[word] = odd + 1
 
 

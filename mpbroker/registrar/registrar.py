@@ -45,6 +45,7 @@ import time
 from kazoo.protocol.states import KazooState
 
 from mpbroker.clock import monotonic_ms
+from mpbroker.ipc import counters
 from mpbroker.ipc.control import Op
 from mpbroker.process.child import ChildProcess
 from mpbroker.registrar import EXIT_ID_CONFLICT
@@ -72,8 +73,9 @@ MIN_REPLACE_AFTER_S = 5.0
 
 
 class Registrar(ChildProcess):
-    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str):
+    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str, counter_row=None):
         super().__init__(slots, slot, channel)
+        self.counter_row = counter_row  # the controller flag and epoch, for the metrics
         self.config = config
         self.tables = tables
         self.channel = channel
@@ -247,6 +249,10 @@ class Registrar(ChildProcess):
             log.warning("%s", message)
 
     def _report(self) -> None:
+        epoch = self.controller.epoch if self.controller is not None else None
+        if self.counter_row is not None:
+            self.counter_row[counters.CONTROLLER] = 1 if epoch is not None else 0
+            self.counter_row[counters.CONTROLLER_EPOCH] = epoch or 0
         registration = self.registration
         connected = bool(self.client is not None and self.client.connected)
         state = {

@@ -11,7 +11,7 @@ recovery point published here is where a respawned worker starts recovering the 
 from mpbroker.ipc.partition_table import PartitionState, PartitionTable, Role, isr_slots
 from mpbroker.segments.recovery_points import stored
 
-_UNREPLICATED = (Role.UNREPLICATED, -1, -1, 0, 0, isr_slots(()))
+_UNREPLICATED = (Role.UNREPLICATED, -1, -1, 0, 0, 0, isr_slots(()))
 
 
 class Publisher:

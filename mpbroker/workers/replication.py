@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms
 from mpbroker.codec.errors import ErrorCode
-from mpbroker.ipc import messages
+from mpbroker.ipc import counters, messages
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.partition_table import Role, isr_slots
 
@@ -80,13 +80,15 @@ class Replica:
         self.needs_truncation = False  # follower: ask the leader where our epoch ended first
 
     def table_fields(self) -> tuple:
-        """role, leader, leader_epoch, epoch_start, high_watermark, isr slots."""
-        return self.role, self.leader, self.leader_epoch, self.epoch_start, self.high_watermark, isr_slots(self.isr)
+        """role, leader, leader_epoch, epoch_start, high_watermark, replica count, isr slots."""
+        return (self.role, self.leader, self.leader_epoch, self.epoch_start, self.high_watermark,
+                len(self.replicas), isr_slots(self.isr))
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, logs, publisher, config, answer, request_isr, lease):
+    def __init__(self, broker_id: int, logs, publisher, config, answer, request_isr, lease, counter_row=None):
         self.broker_id = broker_id
+        self._counters = counter_row  # the worker's CounterTable row: ISR shrinks and expands
         self._logs = logs
         self._publisher = publisher
         self.config = config  # replaced on reload
@@ -126,6 +128,8 @@ class ReplicaManager:
         replica.replicas = tuple(entry["replicas"])
         role = entry["role"]
         new_epoch = epoch != replica.leader_epoch
+        if role == "leader" and replica.role == Role.LEADER and set(entry["isr"]) != set(replica.isr):
+            self._count_isr_change(replica.isr, entry["isr"])
         if role == "leader":
             if new_epoch or replica.role != Role.LEADER:
                 self._become_leader(replica, epoch, tuple(entry["isr"]))
@@ -149,6 +153,10 @@ class ReplicaManager:
             replica.version = entry["version"]
             self._set_role(replica, Role.OFFLINE)
         self._publisher.publish(replica.log)
+
+    def _count_isr_change(self, before, after) -> None:
+        if self._counters is not None:
+            self._counters[counters.ISR_SHRINKS if set(before) - set(after) else counters.ISR_EXPANDS] += 1
 
     def _become_leader(self, replica: Replica, epoch: int, isr: tuple) -> None:
         partition_log = replica.log

@@ -88,7 +88,8 @@ class PartitionWorker(ChildProcess):
         self._outbox = collections.deque()
         lease = (lambda: slots.lease(lease_slot)) if lease_slot is not None else (lambda: 0)
         self.replication = ReplicaManager(config.brokerid, self.logs, self.publisher, config, self._queue_answer,
-                                          lambda **fields: self.control.send(Op.ISR_CHANGE, **fields), lease)
+                                          lambda **fields: self.control.send(Op.ISR_CHANGE, **fields), lease,
+                                          counters)
         self.fetcher = None  # made in start(), with the event loop
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer,
                                       self.replication)

@@ -136,6 +136,7 @@ states = st.builds(
     leader_epoch=st.integers(-1, 2**40),
     epoch_start=st.integers(0, 2**63 - 1),
     high_watermark=st.integers(0, 2**63 - 1),
+    replica_count=st.integers(0, 2**31),
     isr_slots=st.lists(st.integers(0, 2**31 - 1), max_size=pt.MAX_ISR).map(pt.isr_slots),
 )
 

@@ -2,10 +2,15 @@
 in-sync replica has the set, the followers' logs are byte-identical to the leader's,
 consumers see only what the ISR has, and a follower answers "not leader"."""
 
+import json
+import subprocess
+import sys
+
 from mpbroker.codec.errors import ErrorCode
-from mpbroker.registry import topic_admin
+from mpbroker.registry import replication, topic_admin
 from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.helpers import wait_for
+from tests.ops.test_metrics import scrape, value
 from tests.replication.cluster import (
     leader_port,
     log_bytes,
@@ -42,3 +47,42 @@ def test_durability_2_reaches_every_replica(broker_factory, zk_connect):
         assert state(client, "r", 0).isr and set(state(client, "r", 0).isr) == {1, 2, 3}
     finally:
         close_client(client)
+
+
+def test_status_and_metrics_show_roles_high_watermarks_isrs_and_the_controller(broker_factory, zk_connect):
+    brokers = start_cluster(broker_factory, zk_connect, metrics_enable="true", metrics_port=0,
+                            metrics_host="127.0.0.1")
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        topic_admin.create_topic(client, "m", 1, 3)
+        leader, ack = produce_until_acked(client, brokers, "m", 0, [b"one", b"two"])
+        for broker_id, broker in brokers.items():
+            status = broker.wait_until(
+                lambda status: any(p["topic"] == "m" and p["high_watermark"] == ack.next_offset
+                                   for p in status["partitions"]), what="the high watermark everywhere")
+            (row,) = [p for p in status["partitions"] if p["topic"] == "m"]
+            assert row["role"] == ("leader" if broker_id == leader else "follower")
+            assert row["leader_epoch"] == 0 and sorted(row["isr"]) == [1, 2, 3]
+        assert "role" in ctl_status_text(brokers[leader]) and "leader" in ctl_status_text(brokers[leader])
+        controller = json.loads(client.get(replication.CONTROLLER)[0])["brokerid"]
+        for broker_id, broker in brokers.items():
+            broker.wait_until(lambda status: status["metrics"]["state"] == "up", what="the metrics exporter")
+            samples = scrape(broker.status()["metrics"]["port"])
+            assert value(samples, "mpbroker_controller") == (1 if broker_id == controller else 0)
+            assert value(samples, "mpbroker_partition_leader", topic="m", partition="0") == (broker_id == leader)
+            assert value(samples, "mpbroker_partition_high_watermark", topic="m", partition="0") == ack.next_offset
+        # A follower dies: the leader counts an ISR shrink and one under-replicated partition.
+        follower = next(broker_id for broker_id in brokers if broker_id != leader)
+        brokers[follower].kill_tree()
+        port = brokers[leader].status()["metrics"]["port"]
+        wait_for(lambda: value(scrape(port), "mpbroker_under_replicated_partitions") == 1, 30,
+                 what="one under-replicated partition")
+        samples = scrape(port)
+        assert sum(v for (name, _), v in samples.items() if name == "mpbroker_isr_shrinks_total") >= 1
+    finally:
+        close_client(client)
+
+
+def ctl_status_text(broker) -> str:
+    return subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "--socket", broker.socket_path, "status"],
+                          capture_output=True, text=True, timeout=30).stdout
