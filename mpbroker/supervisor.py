@@ -232,9 +232,9 @@ class Supervisor:
                 self._on_ready(child)
             elif child is self.registrar:
                 self._on_registrar_message(op, message)
-            elif op == Op.ISR_CHANGE and child.role == "worker":
+            elif op in (Op.ISR_CHANGE, Op.CREATE_TOPIC):  # a worker's or the acceptor's, for ZooKeeper
                 if self.registrar is not None and self.registrar.alive:
-                    self.registrar.channel.send(Op.ISR_CHANGE, **{k: v for k, v in message.items() if k != "op"})
+                    self.registrar.channel.send(op, **{k: v for k, v in message.items() if k != "op"})
             elif op == Op.WORKER_DOWN_ACK and child is self.acceptor:
                 worker = self.workers[message["slot"]]
                 if worker.awaiting_ack == message["generation"]:

@@ -14,6 +14,7 @@ asked for.
 
 import logging
 import random
+import time
 
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode, InvalidTopicError, NotLeaderError
@@ -50,9 +51,14 @@ _COUNTER_BY_KIND = {
 }
 
 
+AUTO_CREATE_RETRY_S = 5.0  # ask the registrar to create a topic again after this long
+
+
 class RequestHandlers:
-    def __init__(self, config, segment_files, router, on_close, counters, replica_requests):
+    def __init__(self, config, segment_files, router, on_close, counters, replica_requests, create_topic=None):
         self.config = config
+        self._create_topic = create_topic  # callable(topic, partitions): ask the registrar for a replicated topic
+        self._creating = {}  # topic -> time.monotonic() it was asked for
         self.replicated = {}  # replicated topic -> partition count (the registrar's, via the supervisor)
         self._replica = replica_requests
         self._counters = counters  # the acceptor's CounterTable row
@@ -131,12 +137,29 @@ class RequestHandlers:
             if self._files.role(topic, partition) != Role.LEADER:
                 raise NotLeaderError(f"this broker does not lead {topic}-{partition}")
             return topic_bytes, partition, self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
+        if self._auto_replicated(topic):
+            raise NotLeaderError(f"topic {topic!r} is being created with replicas: no leader yet")
         route = self._routes.get((topic_bytes, partition))
         if route is None:
             route = self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
             if len(self._routes) < 1_000_000:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
+
+    def _auto_replicated(self, topic: str) -> bool:
+        """A produce to a topic no worker has, on a broker that creates topics with
+        replicas (``default.replication.factor`` > 1, ZooKeeper): the registrar is asked
+        to create it (at most every AUTO_CREATE_RETRY_S), and it is not created here."""
+        if (self._create_topic is None or self.config.default_replication_factor <= 1
+                or self._files.knows_topic(topic)):
+            return False
+        now = time.monotonic()
+        if now - self._creating.get(topic, -AUTO_CREATE_RETRY_S) >= AUTO_CREATE_RETRY_S:
+            if len(self._creating) > 10_000:
+                self._creating.clear()
+            self._creating[topic] = now
+            self._create_topic(topic, self.config.partitions_for(topic))
+        return True
 
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:
         try:

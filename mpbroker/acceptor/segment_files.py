@@ -105,6 +105,7 @@ class SegmentFiles:
         self._num_workers = num_workers
         self._known = [0] * len(tables)  # entries of each table already indexed
         self._views = {}  # (topic, partition) -> _PartitionView
+        self._topics = set()  # the topics of the views indexed so far
         self._clock_ms = clock_ms
 
     def _view(self, topic: str, partition: int):
@@ -112,12 +113,23 @@ class SegmentFiles:
         if view is not None:
             return view
         slot = owner_slot(topic, partition, self._num_workers) if topic.isascii() else 0
+        self._index(slot)
+        return self._views.get((topic, partition))
+
+    def _index(self, slot: int) -> None:
         table = self._tables[slot]
         for index, name, number in table.names(self._known[slot]):
             self._views[(name, number)] = _PartitionView(
                 table, index, os.path.join(self._log_dir, partition_dir_name(name, number)))
+            self._topics.add(name)
         self._known[slot] = len(table)
-        return self._views.get((topic, partition))
+
+    def knows_topic(self, topic: str) -> bool:
+        """Whether any worker has a log of ``topic``."""
+        if topic not in self._topics:
+            for slot in range(len(self._tables)):
+                self._index(slot)
+        return topic in self._topics
 
     def _state(self, view):
         """The partition's published state. If its writer died mid-update (until the

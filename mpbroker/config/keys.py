@@ -95,7 +95,9 @@ KEYS = (
         "when no in-sync replica of a replicated partition is alive, elect one that is not in sync (the controller): "
         "the partition serves again, but writes only the in-sync replicas had are lost; false keeps it unavailable"),
     Key("default.replication.factor", "int", "1",
-        "replicas per partition of a topic mpbroker-topics creates without --replication-factor", minimum=1),
+        "with ZooKeeper: a produce to a topic no broker has creates it with this many replicas per partition "
+        "(Kafka 0.8's auto-creation); 1 creates it the 0.7 way, unreplicated, on the broker that took the produce",
+        minimum=1),
     Key("min.insync.replicas", "int", "1",
         "a durability-2 produce to a replicated partition whose ISR is smaller than this is refused (error 10) and "
         "not appended", minimum=1),

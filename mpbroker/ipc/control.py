@@ -24,7 +24,10 @@ child -> supervisor
     leader_epoch, isr, replicas, version}``, role ``leader``, ``follower`` or
     ``none``); a worker's ``isr_change`` (``topic``, ``partition``, ``leader_epoch``,
     ``isr``, ``version``: the leader asks for the ISR to be written, conditional on
-    the state node's version).
+    the state node's version); the acceptor's ``create_topic`` (``topic``,
+    ``partitions``: a produce named a topic nobody has, and
+    ``default.replication.factor`` > 1 makes it a replicated one), passed on to the
+    registrar.
 """
 
 import enum
@@ -48,6 +51,7 @@ class Op(enum.StrEnum):
     ZK_STATE = "zk_state"
     ROLES = "roles"
     ISR_CHANGE = "isr_change"
+    CREATE_TOPIC = "create_topic"
 
 
 class ControlChannel:

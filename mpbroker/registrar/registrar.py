@@ -45,6 +45,7 @@ import time
 from kazoo.protocol.states import KazooState
 
 from mpbroker.clock import monotonic_ms
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.ipc import counters
 from mpbroker.ipc.control import Op
 from mpbroker.process.child import ChildProcess
@@ -52,7 +53,8 @@ from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
 from mpbroker.registrar.controller import Controller
 from mpbroker.registrar.replica_roles import ReplicaRoles
-from mpbroker.registry import layout
+from mpbroker.registry import layout, topic_admin
+from mpbroker.registry.replication import PlacementError
 from mpbroker.registry.zk_client import (
     TRANSIENT,
     ZK_ERRORS,
@@ -105,7 +107,27 @@ class Registrar(ChildProcess):
         return None
 
     def control_handlers(self) -> dict:
-        return {Op.REGISTER: self._on_register, Op.ISR_CHANGE: self._on_isr_change}
+        return {Op.REGISTER: self._on_register, Op.ISR_CHANGE: self._on_isr_change,
+                Op.CREATE_TOPIC: self._on_create_topic}
+
+    def _on_create_topic(self, message: dict) -> None:
+        """A produce named a topic no broker has: create it replicated, placed over the
+        live brokers (Kafka 0.8's auto-creation with default.replication.factor)."""
+        if self.client is None or not self.client.connected:
+            return  # the producer retries, and the acceptor asks again
+        topic, partitions = message["topic"], message["partitions"]
+        factor = self.config.default_replication_factor
+        try:
+            topic_admin.create_topic(self.client, topic, partitions, factor)
+        except topic_admin.TopicExists:
+            return
+        except (PlacementError, InvalidTopicError) as exc:
+            self._warn(f"cannot create topic {topic!r} with default.replication.factor={factor}: {exc}")
+            return
+        except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
+            self._warn(f"creating topic {topic!r} failed: {exc!r}")
+            return
+        log.info("created topic %r for a produce: %d partitions, replication factor %d", topic, partitions, factor)
 
     def _on_isr_change(self, message: dict) -> None:
         if self.roles is None or self.client is None or not self.client.connected:

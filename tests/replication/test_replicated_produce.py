@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from mpbroker.codec.errors import ErrorCode
-from mpbroker.registry import replication, topic_admin
+from mpbroker.registry import layout, replication, topic_admin
 from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.helpers import wait_for
 from tests.ops.test_metrics import scrape, value
@@ -86,3 +86,20 @@ def test_status_and_metrics_show_roles_high_watermarks_isrs_and_the_controller(b
 def ctl_status_text(broker) -> str:
     return subprocess.run([sys.executable, "-m", "mpbroker.cli.ctl", "--socket", broker.socket_path, "status"],
                           capture_output=True, text=True, timeout=30).stdout
+
+
+def test_default_replication_factor_creates_a_produced_topic_with_replicas(broker_factory, zk_connect):
+    brokers = start_cluster(broker_factory, zk_connect, default_replication_factor=3, num_partitions=2)
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        # The first produce is refused (no leader yet) and asks for the topic.
+        assert produce(brokers[1].port, "auto", 1, [b"x"]).error == ErrorCode.NOT_LEADER
+        wait_for(lambda: client.exists(layout.topic_path("auto")), 10, what="the topic created")
+        assignment = replication.parse_assignment("auto", client.get(layout.topic_path("auto"))[0])
+        assert sorted(assignment) == [0, 1] and all(len(replicas) == 3 for replicas in assignment.values())
+        _, ack = produce_until_acked(client, brokers, "auto", 1, [b"one"])
+        leader, port = leader_port(client, brokers, "auto", 1)
+        assert read_all(port, "auto", 1) == [b"one"]
+        assert not any(client.exists(layout.topic_broker_path("auto", broker_id)) for broker_id in brokers)
+    finally:
+        close_client(client)
