@@ -203,11 +203,9 @@ class RequestHandlers:
         """``(error, FileRange or None)`` for one fetch."""
         if not 0 <= partition < self._partition_count(topic):
             return ErrorCode.WRONG_PARTITION, None
-        error, found = self._files.fetch(topic, partition, offset, max_size)
-        if found is None and not error and topic in self.replicated and self._files.role(topic, partition) \
-                != Role.LEADER:
-            return ErrorCode.NOT_LEADER, None  # no log here at all: another broker holds it
-        return error, found
+        if topic in self.replicated and self._files.role(topic, partition) != Role.LEADER:
+            return ErrorCode.NOT_LEADER, None  # (also while a respawned worker has not had its roles yet)
+        return self._files.fetch(topic, partition, offset, max_size)
 
     def _fetch_parts(self, request) -> list:
         max_size = request.max_size
