@@ -11,9 +11,10 @@ leader moves its high watermark and its ISR.
 
 A fetch that finds nothing new in any part waits (``Parked``), up to its
 ``max_wait_ms``, holding its place in the connection's answer queue: the workers say
-when a partition's log end or high watermark moved (``KIND_WAKE``), and the fetch is
-answered then, so a follower gets a new set as soon as it is appended, and the new
-high watermark as soon as it moves, without polling.
+when a partition's log end or high watermark moved (``KIND_WAKE``), and a fetch whose
+partitions have new bytes is answered then, so a follower gets a new set as soon as it
+is appended, without polling. A high watermark that alone moved reaches the followers
+with their next bytes or when their wait ends.
 
 LEADER_EPOCH_END is answered from the partition's leader-epoch file.
 """
@@ -37,7 +38,7 @@ class Parked:
         self.request = request
         self.response = response
         self.timer = None
-        self.seen = seen  # (topic, partition) -> (log end, high watermark) when parked
+        self.seen = seen  # (topic, partition) -> log end when parked
         self.done = False
 
 
@@ -117,7 +118,7 @@ class ReplicaRequests:
             error, epoch, found = self._files.replica_fetch(view, state, part.offset, max(part.max_size, 0))
             if error or found is not None:
                 has_data = True
-            seen[(part.topic, part.partition)] = (state.log_end, state.high_watermark)
+            seen[(part.topic, part.partition)] = state.log_end
             results.append((error, state.high_watermark, state.log_start, state.log_end, epoch, found))
         parts = [responses.replica_fetch_header([found.length if found else 0 for *_, found in results])]
         for error, high_watermark, log_start, log_end, epoch, found in results:
@@ -143,8 +144,10 @@ class ReplicaRequests:
             return
         parts, has_data, seen = self._read(parked.request)
         if not timed_out and not has_data and seen == parked.seen:
-            # Woken for nothing new to this follower (a change it made itself, such
-            # as the high watermark its own report moved, is news; this is not).
+            # Nothing new to copy (the high watermark alone moved, perhaps by this
+            # very follower's report): it learns the new one with its next bytes, or
+            # when the wait ends, as Kafka's followers do; answering now would double
+            # the fetches per set.
             self._release(parts)
             for key in seen:
                 if parked not in self._parked[key]:

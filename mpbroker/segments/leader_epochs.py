@@ -27,7 +27,7 @@ The file is Kafka's checkpoint text: a version line ``0``, a count line, then on
 import os
 from typing import NamedTuple
 
-from mpbroker.codec.errors import LogCorruptError
+from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.segments.durability import replace_file
 from mpbroker.segments.naming import LEADER_EPOCH_FILE as FILE_NAME
 
@@ -54,6 +54,8 @@ class LeaderEpochs:
                 text = file.read()
         except FileNotFoundError:
             return cls(directory)
+        except NotADirectoryError as exc:  # the partition's path is not a directory: storage, not this file
+            raise StorageError(f"cannot list partition directory {directory}: {exc.strerror}") from exc
         except (OSError, UnicodeDecodeError) as exc:
             raise LogCorruptError(f"cannot read {path}: {exc}") from exc
         return cls(directory, parse(path, text))

@@ -532,3 +532,15 @@ def test_truncations_and_reopens_match_a_bytes_model(operations):
             for each in opened:
                 for segment in each._segments:
                     segment.close()
+
+
+def test_a_file_where_the_partition_directory_goes_is_a_storage_error(tmp_path):
+    """Loading the leader epochs first must not turn this into a corrupt-log error: the
+    broker answers StorageError (8) for it, which a producer must not retry."""
+    from mpbroker.codec.errors import StorageError
+    from mpbroker.segments.log import Log
+    from mpbroker.segments.log_config import LogConfig
+
+    (tmp_path / "t-0").write_text("")
+    with pytest.raises(StorageError, match="cannot list partition directory"):
+        Log.open(str(tmp_path), "t", 0, LogConfig(), recover=False)
