@@ -59,6 +59,7 @@ from mpbroker.supervision.preflight import StartupError, start_step
 from mpbroker.supervision.profiling import profiled
 from mpbroker.supervision.readiness import Readiness
 from mpbroker.supervision.reload_policy import reload_config
+from mpbroker.supervision.role_book import RoleBook, chunks
 from mpbroker.supervision.status import RateSampler, broker_status
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class Supervisor:
         self.readiness = None  # made once the port is known
         self.registrar_checked = False  # the registrar checked the broker id (or ZooKeeper was away)
         self.zk_state = None  # the registrar's last report
+        self.roles = RoleBook(config.num_workers)  # replica roles, handed to the workers and the acceptor
         self.rates = RateSampler()
         self._accepting = False  # the first acceptor took connections
         self._watchdog = systemd.Watchdog()
@@ -230,6 +232,9 @@ class Supervisor:
                 self._on_ready(child)
             elif child is self.registrar:
                 self._on_registrar_message(op, message)
+            elif op in (Op.ISR_CHANGE, Op.CREATE_TOPIC):  # a worker's or the acceptor's, for ZooKeeper
+                if self.registrar is not None and self.registrar.alive:
+                    self.registrar.channel.send(op, **{k: v for k, v in message.items() if k != "op"})
             elif op == Op.WORKER_DOWN_ACK and child is self.acceptor:
                 worker = self.workers[message["slot"]]
                 if worker.awaiting_ack == message["generation"]:
@@ -237,7 +242,15 @@ class Supervisor:
                     worker.schedule_respawn()
 
     def _on_registrar_message(self, op: str, message: dict) -> None:
-        if op == Op.ZK_STATE:
+        if op == Op.ROLES:
+            topics_changed, by_slot = self.roles.apply(message)
+            for slot, entries in by_slot.items():
+                if self.workers[slot].ready:
+                    for chunk in chunks(entries):
+                        self.workers[slot].channel.send(Op.ROLES, partitions=chunk)
+            if topics_changed and self.acceptor.ready:
+                self.acceptor.channel.send(Op.ROLES, topics=self.roles.topics)
+        elif op == Op.ZK_STATE:
             self.zk_state = {key: value for key, value in message.items() if key != "op"}
             self.readiness.registrar_reported(bool(self.zk_state.get("registered")))
         elif op == Op.CHECKED:
@@ -258,11 +271,15 @@ class Supervisor:
         if child.role in ("registrar", "metrics"):
             return
         if child.role == "acceptor":
+            if self.roles.topics:
+                child.channel.send(Op.ROLES, topics=self.roles.topics)
             if not self._accepting:
                 self._accepting = True
                 self._on_first_accepting()
             return
         log.info("%s is up", child.name)
+        for chunk in chunks(self.roles.for_worker(child.slot)):
+            child.channel.send(Op.ROLES, partitions=chunk)
         if self.acceptor.alive:
             self.acceptor.channel.send(Op.WORKER_UP, slot=child.slot)
         elif self.phase == RUNNING and self.acceptor.generation == 0 and all(w.ready for w in self.workers):

@@ -40,6 +40,7 @@ import time
 
 from mpbroker.acceptor.connection import CLOSE, READ_AGAIN, Connection
 from mpbroker.acceptor.limits import AddressCounts, address_of, overdue, sweep_interval
+from mpbroker.acceptor.replica_requests import ReplicaRequests
 from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
@@ -80,7 +81,13 @@ class Acceptor(ChildProcess):
                   for index in range(len(request_rings))]
         self.router = Router(routes, incarnation)
         self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
-        self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters)
+        self.replica_requests = ReplicaRequests(self.files, self.router, self.timers,
+                                                lambda connection: self._to_send.add(connection))
+        create_topic = (lambda topic, partitions: self.control.send(Op.CREATE_TOPIC, topic=topic,
+                                                                    partitions=partitions)) \
+            if config.enable_zookeeper else None
+        self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters,
+                                        self.replica_requests, create_topic)
         self.connections = {}  # fd -> Connection
         self._to_send = set()
         self._accepted = 0
@@ -107,7 +114,11 @@ class Acceptor(ChildProcess):
         return None
 
     def control_handlers(self) -> dict:
-        return {Op.WORKER_DOWN: self._on_worker_down, Op.WORKER_UP: self._on_worker_up}
+        return {Op.WORKER_DOWN: self._on_worker_down, Op.WORKER_UP: self._on_worker_up, Op.ROLES: self._on_roles}
+
+    def _on_roles(self, message: dict) -> None:
+        if "topics" in message:
+            self.handlers.set_replicated(message["topics"])
 
     def poll_timeout(self):
         if self._to_send:
@@ -285,6 +296,8 @@ class Acceptor(ChildProcess):
                 self._to_send.add(connection)
         if outcome.to_resume:
             self._resume(outcome.to_resume)
+        if outcome.woken:
+            self.replica_requests.wake(outcome.woken)
 
     def _send_ready(self) -> None:
         to_send, self._to_send = self._to_send, set()
@@ -369,6 +382,7 @@ class Acceptor(ChildProcess):
         except (KeyError, ValueError):
             pass  # not registered: accepting was paused
         self.listener.close()
+        self.replica_requests.answer_all()  # followers' fetches waiting for news get what there is
         for connection in list(self.connections.values()):
             connection.begin_closing()
             self._update_interest(connection)

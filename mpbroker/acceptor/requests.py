@@ -14,24 +14,28 @@ asked for.
 
 import logging
 import random
+import time
 
 from mpbroker.codec import responses
-from mpbroker.codec.errors import ErrorCode, InvalidTopicError
+from mpbroker.codec.errors import ErrorCode, InvalidTopicError, NotLeaderError
 from mpbroker.codec.requests import (
     RANDOM_PARTITION,
     Durability,
     FetchRequest,
+    LeaderEpochEndRequest,
     MultiFetchRequest,
     MultiProduceRequest,
     OffsetsRequest,
     ProduceAckedRequest,
     ProduceRequest,
+    ReplicaFetchRequest,
     decode_request,
     peek_produce,
 )
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
 from mpbroker.ipc.messages import Mode
+from mpbroker.ipc.partition_table import Role
 from mpbroker.ownership import owner_slot
 
 log = logging.getLogger(__name__)
@@ -47,9 +51,16 @@ _COUNTER_BY_KIND = {
 }
 
 
+AUTO_CREATE_RETRY_S = 5.0  # ask the registrar to create a topic again after this long
+
+
 class RequestHandlers:
-    def __init__(self, config, segment_files, router, on_close, counters):
+    def __init__(self, config, segment_files, router, on_close, counters, replica_requests, create_topic=None):
         self.config = config
+        self._create_topic = create_topic  # callable(topic, partitions): ask the registrar for a replicated topic
+        self._creating = {}  # topic -> time.monotonic() it was asked for
+        self.replicated = {}  # replicated topic -> partition count (the registrar's, via the supervisor)
+        self._replica = replica_requests
         self._counters = counters  # the acceptor's CounterTable row
         self._files = segment_files
         self._router = router
@@ -76,6 +87,12 @@ class RequestHandlers:
                 return
         request = decode_request(frame)
         kind = type(request)
+        if kind is ReplicaFetchRequest:
+            self._replica.fetch(connection, request)
+            return
+        if kind is LeaderEpochEndRequest:
+            self._replica.epoch_end(connection, request)
+            return
         self._counters[_COUNTER_BY_KIND[kind]] += 1
         if kind is ProduceRequest:
             self._produce(connection, request.topic, request.partition, request.message_set)
@@ -92,18 +109,36 @@ class RequestHandlers:
 
     # --- produce ----------------------------------------------------------------
 
+    def set_replicated(self, topics: dict) -> None:
+        """The replicated topics changed: no route of theirs stays cached (the fast path
+        would skip the leader check)."""
+        self.replicated = topics
+        self._routes = {key: route for key, route in self._routes.items()
+                        if key[0].decode("ascii") not in topics}
+
+    def _partition_count(self, topic: str) -> int:
+        count = self.replicated.get(topic)
+        return self.config.partitions_for(topic) if count is None else count
+
     def _target(self, topic: str, partition: int):
-        """``(topic bytes, partition, route)`` or raise InvalidTopicError / ValueError."""
+        """``(topic bytes, partition, route)`` or raise InvalidTopicError / ValueError /
+        NotLeaderError (a replicated partition this broker does not lead now)."""
         topic_bytes = self._topics.get(topic)
         if topic_bytes is None:
             topic_bytes = check_topic(topic).encode("ascii")
             if len(self._topics) < 100_000:
                 self._topics[topic] = topic_bytes
-        count = self.config.partitions_for(topic)
+        count = self._partition_count(topic)
         if partition == RANDOM_PARTITION:
             partition = random.randrange(count)
         elif not 0 <= partition < count:
             raise ValueError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
+        if topic in self.replicated:  # checked at every produce; the worker checks again
+            if self._files.role(topic, partition) != Role.LEADER:
+                raise NotLeaderError(f"this broker does not lead {topic}-{partition}")
+            return topic_bytes, partition, self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
+        if self._auto_replicated(topic):
+            raise NotLeaderError(f"topic {topic!r} is being created with replicas: no leader yet")
         route = self._routes.get((topic_bytes, partition))
         if route is None:
             route = self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
@@ -111,10 +146,25 @@ class RequestHandlers:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
 
+    def _auto_replicated(self, topic: str) -> bool:
+        """A produce to a topic no worker has, on a broker that creates topics with
+        replicas (``default.replication.factor`` > 1, ZooKeeper): the registrar is asked
+        to create it (at most every AUTO_CREATE_RETRY_S), and it is not created here."""
+        if (self._create_topic is None or self.config.default_replication_factor <= 1
+                or self._files.knows_topic(topic)):
+            return False
+        now = time.monotonic()
+        if now - self._creating.get(topic, -AUTO_CREATE_RETRY_S) >= AUTO_CREATE_RETRY_S:
+            if len(self._creating) > 10_000:
+                self._creating.clear()
+            self._creating[topic] = now
+            self._create_topic(topic, self.config.partitions_for(topic))
+        return True
+
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:
         try:
             topic_bytes, partition, route = self._target(topic, partition)
-        except (InvalidTopicError, ValueError) as exc:
+        except (InvalidTopicError, ValueError, NotLeaderError) as exc:
             self._close(connection, f"bad produce request: {exc}")
             return
         self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET, message_set, route)
@@ -124,7 +174,7 @@ class RequestHandlers:
         for produce in produces:  # check every target before routing any
             try:
                 targets.append((self._target(produce.topic, produce.partition), produce.message_set))
-            except (InvalidTopicError, ValueError) as exc:
+            except (InvalidTopicError, ValueError, NotLeaderError) as exc:
                 self._close(connection, f"bad multiproduce request: {exc}")
                 return
         for (topic_bytes, partition, route), message_set in targets:  # ProduceRefused stops it (and closes)
@@ -141,6 +191,9 @@ class RequestHandlers:
         except ValueError:
             response.fill([responses.produce_ack_response(ErrorCode.WRONG_PARTITION, request.partition, -1, -1)])
             return
+        except NotLeaderError:
+            response.fill([responses.produce_ack_response(ErrorCode.NOT_LEADER, request.partition, -1, -1)])
+            return
         self._router.produce(connection, topic_bytes, partition, _MODE_BY_DURABILITY[request.durability],
                              request.message_set, route, response)
 
@@ -148,8 +201,10 @@ class RequestHandlers:
 
     def _read_range(self, topic: str, partition: int, offset: int, max_size: int):
         """``(error, FileRange or None)`` for one fetch."""
-        if not 0 <= partition < self.config.partitions_for(topic):
+        if not 0 <= partition < self._partition_count(topic):
             return ErrorCode.WRONG_PARTITION, None
+        if topic in self.replicated and self._files.role(topic, partition) != Role.LEADER:
+            return ErrorCode.NOT_LEADER, None  # (also while a respawned worker has not had its roles yet)
         return self._files.fetch(topic, partition, offset, max_size)
 
     def _fetch_parts(self, request) -> list:
@@ -180,8 +235,10 @@ class RequestHandlers:
         return parts
 
     def _offsets(self, request) -> bytes:
-        if not 0 <= request.partition < self.config.partitions_for(request.topic):
+        if not 0 <= request.partition < self._partition_count(request.topic):
             return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
+        if request.topic in self.replicated and self._files.role(request.topic, request.partition) != Role.LEADER:
+            return responses.offsets_response(ErrorCode.NOT_LEADER, [])
         error, offsets = self._files.offsets(request.topic, request.partition, request.time, request.max_offsets)
         return responses.offsets_response(error, offsets)
 

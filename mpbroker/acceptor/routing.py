@@ -45,15 +45,17 @@ class ProduceRefused(Exception):
 class Outcome:
     """What a router call leaves the acceptor to do, in this order: close ``to_close``
     (``(connection, reason)`` pairs), send for ``ready`` (an answer of theirs became
-    ready), read ``to_resume`` again (their worker's outbox drained or died). Closed
-    connections may appear in the later lists: skip them."""
+    ready), read ``to_resume`` again (their worker's outbox drained or died), answer
+    the followers' fetches waiting for the partitions in ``woken``. Closed connections
+    may appear in the later lists: skip them."""
 
-    __slots__ = ("to_close", "ready", "to_resume")
+    __slots__ = ("to_close", "ready", "to_resume", "woken")
 
     def __init__(self):
         self.to_close = []
         self.ready = []
         self.to_resume = []
+        self.woken = []
 
 
 class WorkerRoute:
@@ -62,7 +64,7 @@ class WorkerRoute:
         self.requests = requests
         self.answers = answers
         self.up = False
-        self.outbox = collections.deque()  # (batch entry?, record parts, bytes)
+        self.outbox = collections.deque()  # (record kind, record parts, bytes); KIND_PRODUCE_BATCH: one entry
         self.outbox_bytes = 0
         self.outbox_limit = outbox_limit
         self.paused = set()  # connections not read until the outbox drains
@@ -95,17 +97,26 @@ class Router:
             route.acked[request_id] = (connection, response, partition)
         size = messages.entry_bytes(topic_bytes, message_set)
         if size <= route.requests.max_record_body:
-            route.outbox.append((True, messages.entry_parts(request_id, topic_bytes, partition, mode, message_set),
-                                 size))
+            route.outbox.append((messages.KIND_PRODUCE_BATCH,
+                                 messages.entry_parts(request_id, topic_bytes, partition, mode, message_set), size))
             route.outbox_bytes += size
         else:  # larger than a ring record: fragments, put together by the worker
             for parts in messages.produce_fragments(request_id, topic_bytes, partition, mode, message_set,
                                                     route.requests.max_record_body):
                 fragment_bytes = len(parts[0]) + len(parts[1]) + len(parts[2])
-                route.outbox.append((False, parts, fragment_bytes))
+                route.outbox.append((messages.KIND_PRODUCE, parts, fragment_bytes))
                 route.outbox_bytes += fragment_bytes
         if route.outbox_bytes > route.outbox_limit and connection.pause():
             route.paused.add(connection)
+
+    @staticmethod
+    def notify(route, kind: int, parts: tuple) -> None:
+        """Queue a record that is not a produce (a follower's positions) for ``route``'s
+        worker; dropped while the worker is down (its successor learns them again)."""
+        if route.up:
+            size = sum(len(part) for part in parts)
+            route.outbox.append((kind, parts, size))
+            route.outbox_bytes += size
 
     def flush_outboxes(self):
         """Move queued requests into the rings: runs of small produces share one record;
@@ -133,18 +144,19 @@ class Router:
         ring = route.requests
         outbox = route.outbox
         limit = ring.max_record_body
+        batch_kind = messages.KIND_PRODUCE_BATCH
         while outbox:
-            is_entry, parts, size = outbox[0]
-            if not is_entry:
-                if not ring.try_write(messages.KIND_PRODUCE, *parts):
+            kind, parts, size = outbox[0]
+            if kind != batch_kind:
+                if not ring.try_write(kind, *parts):
                     break
                 outbox.popleft()
                 route.outbox_bytes -= size
                 continue
             batch = []
             batch_bytes = count = 0
-            for is_entry, parts, size in outbox:
-                if not is_entry or batch_bytes + size > limit:
+            for kind, parts, size in outbox:
+                if kind != batch_kind or batch_bytes + size > limit:
                     break
                 batch.extend(parts)
                 batch_bytes += size
@@ -178,6 +190,8 @@ class Router:
                 connection = route.fire_and_forget.pop(request_id, None)
                 if connection is not None:
                     outcome.to_close.append((connection, reason))
+            elif kind == messages.KIND_WAKE:
+                outcome.woken += messages.decode_wake(body)
         route.answers.release()
         return outcome
 

@@ -9,15 +9,25 @@ the code the Log reads with: ``log_view.locate`` (a fetch's ``FileRange``) and
 ``offsets.offsets_before`` (OFFSETS). An open file is reference counted: a range
 still being sent keeps it open even after retention removed it from the list (on
 Linux the open file stays readable after unlink).
+
+Replicated partitions: a consumer reads below the high watermark the leader
+published (not the flushed end), and a replica that does not lead answers NOT_LEADER.
+A follower's fetch (``replica_fetch``) reads up to the log end instead, checks the
+leader epoch it acts under, and gets the epoch its bytes were written in: the
+current one from the table, an older one from the partition's
+``leader-epoch-checkpoint`` (read once per leader epoch: the history below the
+current epoch does not change while it lasts); the bytes never cross an epoch's end.
+``epoch_end`` answers LEADER_EPOCH_END from the same file.
 """
 
 import errno
 import os
 
 from mpbroker.clock import wall_clock_ms
-from mpbroker.codec.errors import ErrorCode, OffsetOutOfRangeError
-from mpbroker.ipc.partition_table import TornEntryError
+from mpbroker.codec.errors import ErrorCode, LogCorruptError, OffsetOutOfRangeError
+from mpbroker.ipc.partition_table import Role, TornEntryError
 from mpbroker.ownership import owner_slot
+from mpbroker.segments.leader_epochs import UNDEFINED, LeaderEpochs
 from mpbroker.segments.log_view import locate
 from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
 from mpbroker.segments.offsets import offsets_before
@@ -56,7 +66,7 @@ class SegmentFile:
 
 
 class _PartitionView:
-    __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state")
+    __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state", "epochs")
 
     def __init__(self, table, index: int, directory: str):
         self.table = table
@@ -66,6 +76,7 @@ class _PartitionView:
         self.bases = []
         self.files = {}
         self.last_state = None  # the last consistent read: used while the entry is torn
+        self.epochs = None  # (leader epoch, LeaderEpochs read while it was current)
 
     def refresh(self, state) -> None:
         """Re-list the segment files if the worker changed the segment list."""
@@ -94,6 +105,7 @@ class SegmentFiles:
         self._num_workers = num_workers
         self._known = [0] * len(tables)  # entries of each table already indexed
         self._views = {}  # (topic, partition) -> _PartitionView
+        self._topics = set()  # the topics of the views indexed so far
         self._clock_ms = clock_ms
 
     def _view(self, topic: str, partition: int):
@@ -101,12 +113,23 @@ class SegmentFiles:
         if view is not None:
             return view
         slot = owner_slot(topic, partition, self._num_workers) if topic.isascii() else 0
+        self._index(slot)
+        return self._views.get((topic, partition))
+
+    def _index(self, slot: int) -> None:
         table = self._tables[slot]
         for index, name, number in table.names(self._known[slot]):
             self._views[(name, number)] = _PartitionView(
                 table, index, os.path.join(self._log_dir, partition_dir_name(name, number)))
+            self._topics.add(name)
         self._known[slot] = len(table)
-        return self._views.get((topic, partition))
+
+    def knows_topic(self, topic: str) -> bool:
+        """Whether any worker has a log of ``topic``."""
+        if topic not in self._topics:
+            for slot in range(len(self._tables)):
+                self._index(slot)
+        return topic in self._topics
 
     def _state(self, view):
         """The partition's published state. If its writer died mid-update (until the
@@ -137,8 +160,20 @@ class SegmentFiles:
             return ErrorCode.UNKNOWN, None
         if offset < state.log_start:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        role = state.role
+        if role == Role.UNREPLICATED:
+            end = state.flushed_end
+        elif role == Role.LEADER:
+            end = state.high_watermark
+            if end < offset <= state.log_end:  # written, not yet on every in-sync replica
+                return ErrorCode.NO_ERROR, None
+        else:
+            return ErrorCode.NOT_LEADER, None
+        return self._locate(view, end, offset, max_size)
+
+    def _locate(self, view, end: int, offset: int, max_size: int):
         try:
-            found = locate(view.bases, state.flushed_end, offset, max_size, view.file)
+            found = locate(view.bases, end, offset, max_size, view.file)
         except OffsetOutOfRangeError:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
         except OSError as exc:  # opening the segment file
@@ -159,6 +194,8 @@ class SegmentFiles:
             state = self._state(view)
         except TornEntryError:
             return ErrorCode.UNKNOWN, []
+        if state.role not in (Role.UNREPLICATED, Role.LEADER):
+            return ErrorCode.NOT_LEADER, []
         segments = []
         for base in view.bases:
             try:
@@ -166,8 +203,76 @@ class SegmentFiles:
             except FileNotFoundError:
                 continue
             segments.append((base, stat.st_mtime_ns // 1_000_000))
-        return ErrorCode.NO_ERROR, offsets_before(segments, state.flushed_end, time_ms, max_offsets,
+        return ErrorCode.NO_ERROR, offsets_before(segments, state.visible_end, time_ms, max_offsets,
                                                   self._clock_ms())
+
+    # --- replication ---------------------------------------------------------------
+
+    def leader_state(self, topic: str, partition: int, leader_epoch: int):
+        """``(error, view, state)``: the partition's state if this broker leads it at
+        ``leader_epoch``; else the error to answer (NOT_LEADER, FENCED_LEADER_EPOCH for
+        an older epoch, UNKNOWN_LEADER_EPOCH for a newer one)."""
+        view = self._view(topic, partition)
+        if view is None:
+            return ErrorCode.NOT_LEADER, None, None
+        try:
+            state = self._state(view)
+        except TornEntryError:
+            return ErrorCode.UNKNOWN, None, None
+        if state.role != Role.LEADER:
+            return ErrorCode.NOT_LEADER, None, None
+        if leader_epoch != state.leader_epoch:
+            return (ErrorCode.FENCED_LEADER_EPOCH if leader_epoch < state.leader_epoch
+                    else ErrorCode.UNKNOWN_LEADER_EPOCH), None, None
+        return ErrorCode.NO_ERROR, view, state
+
+    def role(self, topic: str, partition: int) -> int:
+        """The role this broker published for the partition (UNREPLICATED if it has no log here)."""
+        view = self._view(topic, partition)
+        if view is None:
+            return Role.UNREPLICATED
+        try:
+            return self._state(view).role
+        except TornEntryError:
+            return Role.OFFLINE
+
+    def replica_fetch(self, view, state, offset: int, max_size: int):
+        """``(error, epoch, FileRange or None)`` for a follower reading at ``offset``."""
+        if offset < state.log_start or offset > state.log_end:
+            return ErrorCode.OFFSET_OUT_OF_RANGE, UNDEFINED, None
+        if offset >= state.epoch_start:
+            epoch, end = state.leader_epoch, state.log_end
+        else:
+            try:
+                epoch, end = self._older_epoch(view, state, offset)
+            except LogCorruptError:
+                return ErrorCode.UNKNOWN, UNDEFINED, None
+        error, found = self._locate(view, end, offset, max_size)
+        return error, epoch, found
+
+    def _epochs(self, view, state) -> LeaderEpochs:
+        if view.epochs is None or view.epochs[0] != state.leader_epoch:
+            view.epochs = (state.leader_epoch, LeaderEpochs.load(view.directory))
+        return view.epochs[1]
+
+    def _older_epoch(self, view, state, offset: int) -> tuple:
+        """``(epoch the byte at offset was written in, where that epoch ends)``."""
+        entries = self._epochs(view, state).entries
+        epoch, end = UNDEFINED, state.epoch_start
+        for index, entry in enumerate(entries):
+            if entry.start_offset > offset:
+                end = min(entry.start_offset, state.epoch_start)
+                break
+            epoch = entry.epoch
+        return epoch, end
+
+    def epoch_end(self, view, state, epoch: int) -> tuple:
+        """``(error, epoch, end offset)``: LEADER_EPOCH_END's answer."""
+        try:
+            found = self._epochs(view, state).end_offset_for(epoch, state.log_end)
+        except LogCorruptError:
+            return ErrorCode.UNKNOWN, UNDEFINED, UNDEFINED
+        return ErrorCode.NO_ERROR, found.epoch, found.start_offset
 
     def close(self) -> None:
         for view in self._views.values():

@@ -111,11 +111,18 @@ def format_status(status: dict) -> str:
     if metrics:
         out.append(f"metrics: http://{metrics['host'] or '0.0.0.0'}:{metrics['port']}/metrics")
         out.append("")
-    if status["partitions"]:
-        out.append(_table(
-            ["topic", "partition", "worker", "log_end", "flushed_end", "segments", "bytes", "msg/s"],
-            [[p["topic"], p["partition"], p["worker"], p["log_end"], p["flushed_end"], p["segments"],
-              p["bytes"], p["messages_per_s"]] for p in status["partitions"]]))
+    partitions = status["partitions"]
+    if partitions:
+        header = ["topic", "partition", "worker", "log_end", "flushed_end", "segments", "bytes", "msg/s"]
+        rows = [[p["topic"], p["partition"], p["worker"], p["log_end"], p["flushed_end"], p["segments"],
+                 p["bytes"], p["messages_per_s"]] for p in partitions]
+        if any(p.get("role", "unreplicated") != "unreplicated" for p in partitions):
+            header += ["role", "epoch", "hw", "isr"]
+            for row, p in zip(rows, partitions):
+                replicated = p["role"] != "unreplicated"
+                row += [p["role"], p["leader_epoch"] if replicated else "-", p["high_watermark"] if replicated else "-",
+                        ",".join(map(str, p["isr"])) if replicated else "-"]
+        out.append(_table(header, rows))
     else:
         out.append("no partitions yet")
     return "\n".join(out)

@@ -12,7 +12,10 @@ the assignment in one operation; fewer live brokers than R is an error and nothi
 written. ``list`` prints the replicated topics, one a line. ``describe`` prints per
 partition its leader, leader epoch, replicas and in-sync replicas (``-`` until the
 controller has elected a leader); ``--under-replicated`` only the partitions whose ISR
-is smaller than their replicas. Topics created the 0.7 way, by a produce, are not
+is smaller than their replicas; and the high watermark, which lives in the leader's
+memory, not in ZooKeeper: asked of the leader with an OFFSETS request for the latest
+offset (what a consumer of a replicated partition sees), ``-`` if it does not answer
+within ``HIGH_WATERMARK_TIMEOUT_S``. Topics created the 0.7 way, by a produce, are not
 replicated: they are not listed, and describing one says so. The partitions' leaders,
 epochs and ISRs are the controller's to write (``mpbroker.registry.replication``);
 ``describe`` shows ``-`` for a partition no controller has elected a leader for.
@@ -24,11 +27,15 @@ few brokers for the replication factor; 3 no ZooKeeper server answered within
 """
 
 import argparse
+import socket
+import struct
 import sys
 
 from mpbroker.cli.failure import fail
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses
 from mpbroker.codec.errors import InvalidTopicError
-from mpbroker.registry import topic_admin
+from mpbroker.registry import layout, topic_admin
 from mpbroker.registry.layout import LayoutError
 from mpbroker.registry.replication import PlacementError
 from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable, close_client, start_client
@@ -36,6 +43,7 @@ from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable, close_c
 PROG = "mpbroker-topics"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
 ZK_TIMEOUT_MS = 10_000
+HIGH_WATERMARK_TIMEOUT_S = 2.0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,7 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--partitions", type=int, required=True)
     create.add_argument("--replication-factor", type=int, required=True)
     commands.add_parser("list", help="the replicated topics")
-    describe = commands.add_parser("describe", help="leader, epoch, replicas and ISR per partition")
+    describe = commands.add_parser("describe", help="leader, epoch, replicas, ISR and high watermark per partition")
     describe.add_argument("--topic", help="only this topic")
     describe.add_argument("--under-replicated", action="store_true",
                           help="only partitions whose ISR is smaller than their replicas")
@@ -61,7 +69,7 @@ def _ids(brokers) -> str:
     return ",".join(map(str, brokers))
 
 
-def _describe_lines(partitions, only_under_replicated: bool) -> list:
+def _describe_lines(partitions, only_under_replicated: bool, high_watermark=lambda info: None) -> list:
     lines = []
     for info in partitions:
         if only_under_replicated and not info.under_replicated:
@@ -70,9 +78,34 @@ def _describe_lines(partitions, only_under_replicated: bool) -> list:
         leader = "-" if state is None or state.leader < 0 else str(state.leader)
         epoch = "-" if state is None else str(state.leader_epoch)
         isr = "-" if state is None else _ids(state.isr)
+        found = high_watermark(info) if leader != "-" else None
         lines.append(f"topic: {info.topic}\tpartition: {info.partition}\tleader: {leader}\tleader_epoch: {epoch}"
-                     f"\treplicas: {_ids(info.replicas)}\tisr: {isr}")
+                     f"\treplicas: {_ids(info.replicas)}\tisr: {isr}\thigh_watermark: {'-' if found is None else found}")
     return lines
+
+
+def _high_watermark(client, info):
+    """The leader's latest offset for consumers (its high watermark), or None."""
+    try:
+        value, _ = client.get(layout.broker_path(info.state.leader))
+        broker = layout.parse_broker(info.state.leader, value)
+        with socket.create_connection((broker.host, broker.port), timeout=HIGH_WATERMARK_TIMEOUT_S) as sock:
+            sock.sendall(rq.encode_offsets(info.topic, info.partition, -1, 1))
+            head = _receive(sock, 4)
+            error, offsets = responses.decode_offsets(_receive(sock, struct.unpack(">i", head)[0]))
+    except (*ZK_ERRORS, LayoutError, OSError, ValueError):
+        return None
+    return offsets[0] if not error and offsets else None
+
+
+def _receive(sock, count: int) -> bytes:
+    data = bytearray()
+    while len(data) < count:
+        chunk = sock.recv(count - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        data += chunk
+    return bytes(data)
 
 
 def _run(client, args, out) -> int:
@@ -88,7 +121,8 @@ def _run(client, args, out) -> int:
     else:
         topics = [args.topic] if args.topic else topic_admin.replicated_topics(client)
         for topic in topics:
-            for line in _describe_lines(topic_admin.describe_topic(client, topic), args.under_replicated):
+            for line in _describe_lines(topic_admin.describe_topic(client, topic), args.under_replicated,
+                                        lambda info: _high_watermark(client, info)):
                 print(line, file=out)
     return EXIT_OK
 

@@ -110,6 +110,12 @@ class BrokerConfig:
     zk_connectiontimeout_ms: int
     zk_sessiontimeout_ms: int
     unclean_leader_election_enable: bool
+    default_replication_factor: int
+    min_insync_replicas: int
+    replica_lag_time_max_ms: int
+    replica_fetch_max_bytes: int
+    num_replica_fetchers: int
+    controller_socket_timeout_ms: int
     num_workers: int
     ring_buffer_bytes: int
     worker_heartbeat_timeout_ms: int

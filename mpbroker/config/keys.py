@@ -94,6 +94,22 @@ KEYS = (
     Key("unclean.leader.election.enable", "bool", "false",
         "when no in-sync replica of a replicated partition is alive, elect one that is not in sync (the controller): "
         "the partition serves again, but writes only the in-sync replicas had are lost; false keeps it unavailable"),
+    Key("default.replication.factor", "int", "1",
+        "with ZooKeeper: a produce to a topic no broker has creates it with this many replicas per partition "
+        "(Kafka 0.8's auto-creation); 1 creates it the 0.7 way, unreplicated, on the broker that took the produce",
+        minimum=1),
+    Key("min.insync.replicas", "int", "1",
+        "a durability-2 produce to a replicated partition whose ISR is smaller than this is refused (error 10) and "
+        "not appended", minimum=1),
+    Key("replica.lag.time.max.ms", "int", "10000",
+        "a follower that has not caught up with the leader's log end for this long leaves the ISR", minimum=1),
+    Key("replica.fetch.max.bytes", "int", "1048576",
+        "bytes a follower asks for per partition and fetch (more when a message is larger)", minimum=1024),
+    Key("num.replica.fetchers", "int", "1",
+        "connections each worker opens to each leader for the partitions it follows", minimum=1, maximum=64),
+    Key("controller.socket.timeout.ms", "int", "30000",
+        "milliseconds a request between brokers (a follower's fetch) may go unanswered before its connection is "
+        "closed and made again", minimum=1),
     Key("num.workers", "int", _cpu_count_default,
         f"worker processes serving requests (default: the number of CPUs, at most {MAX_WORKERS})",
         minimum=1, maximum=MAX_WORKERS),

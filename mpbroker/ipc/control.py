@@ -9,12 +9,25 @@ supervisor -> child
     ``stop``; ``reload`` (``properties``: the settings now in force, every key);
     to the acceptor ``worker_down`` (``slot``, ``generation``: fail what is in flight
     to that worker) and ``worker_up`` (``slot``); to the registrar ``register`` (the
-    acceptor serves: write the broker's nodes).
+    acceptor serves: write the broker's nodes) and ``isr_change`` (a worker's, passed
+    on); ``roles`` (the registrar's, passed on): to a worker ``partitions``, the
+    replica roles of the partitions it owns; to the acceptor ``topics``, the replicated
+    topics and their partition counts.
 child -> supervisor
     ``ready`` (a worker adds ``slot`` and ``partitions``, the metrics exporter
     ``port``); the acceptor's ``worker_down_ack`` (``slot``, ``generation``); the
     registrar's ``checked`` (``zookeeper``: whether ZooKeeper answered the broker-id
-    check) and ``zk_state`` (its connection and registration, for the status).
+    check) and ``zk_state`` (its connection and registration, for the status);
+    the registrar's ``roles`` (``topics``: every replicated topic and its partition
+    count, when they changed; ``partitions``: the partitions of which this broker is a
+    replica whose state changed, each ``{topic, partition, role, leader, host, port,
+    leader_epoch, isr, replicas, version}``, role ``leader``, ``follower`` or
+    ``none``); a worker's ``isr_change`` (``topic``, ``partition``, ``leader_epoch``,
+    ``isr``, ``version``: the leader asks for the ISR to be written, conditional on
+    the state node's version); the acceptor's ``create_topic`` (``topic``,
+    ``partitions``: a produce named a topic nobody has, and
+    ``default.replication.factor`` > 1 makes it a replicated one), passed on to the
+    registrar.
 """
 
 import enum
@@ -36,6 +49,9 @@ class Op(enum.StrEnum):
     WORKER_DOWN_ACK = "worker_down_ack"
     CHECKED = "checked"
     ZK_STATE = "zk_state"
+    ROLES = "roles"
+    ISR_CHANGE = "isr_change"
+    CREATE_TOPIC = "create_topic"
 
 
 class ControlChannel:

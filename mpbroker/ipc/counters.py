@@ -1,5 +1,6 @@
-"""Counters in shared memory: what the acceptor and the workers count for the metrics
-endpoint (requests, bytes in and out, connections, flushes and their latency).
+"""Counters in shared memory: what the acceptor, the workers and the registrar count
+for the metrics endpoint (requests, bytes in and out, connections, flushes and their
+latency, ISR changes, the controller flag).
 
 One row of 8-byte words per process slot, in anonymous shared memory the supervisor
 makes before forking. The process in a slot is the only writer of its row, from its
@@ -34,8 +35,14 @@ FLUSH_MICROSECONDS = 2  # the sum of every flush's duration
 FLUSH_BUCKETS = 3  # FLUSH_BUCKETS + i: flushes that took <= FLUSH_BOUNDS_S[i] (and more than the bound before)
 FLUSH_BOUNDS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 # ... and FLUSH_BUCKETS + len(FLUSH_BOUNDS_S): flushes slower than the last bound
+ISR_SHRINKS = FLUSH_BUCKETS + len(FLUSH_BOUNDS_S) + 1  # ISRs of partitions led here that lost members
+ISR_EXPANDS = ISR_SHRINKS + 1  # ... and that gained members
 
-assert FLUSH_BUCKETS + len(FLUSH_BOUNDS_S) < ROW_WORDS
+assert ISR_EXPANDS < ROW_WORDS
+
+# --- the registrar's row --------------------------------------------------------------
+CONTROLLER = 0  # a gauge: 1 while this broker is the controller
+CONTROLLER_EPOCH = 1  # a gauge: its controller epoch then (0 otherwise)
 
 
 class CounterTable:

@@ -7,12 +7,16 @@ Acceptor -> worker:
   (fire-and-forget, or acknowledged after append or after flush);
 - ``KIND_PRODUCE``: one fragment of a produce whose set is larger than a ring record:
   ``[fragment header][topic][bytes]``, where the header also gives the set's total size
-  and this fragment's offset in it; all fragments share the request id.
+  and this fragment's offset in it; all fragments share the request id;
+- ``KIND_REPLICA_POSITIONS``: a follower's fetch reached the leader: its broker id and,
+  per partition, the leader epoch it fetched under and its log end (the fetch offset).
 
 Worker -> acceptor:
 - ``KIND_ACK``: the answer to an acknowledged produce (error, offsets);
 - ``KIND_CLOSE``: a fire-and-forget produce failed: close its connection (0.7 style);
-- ``KIND_DONE``: every fire-and-forget produce up to this request id is handled.
+- ``KIND_DONE``: every fire-and-forget produce up to this request id is handled;
+- ``KIND_WAKE``: the log end or high watermark of these replicated partitions moved:
+  answer the followers' fetches that wait for them.
 ACK and CLOSE may carry a short reason text for the acceptor's log.
 """
 
@@ -25,6 +29,8 @@ KIND_ACK = 2
 KIND_CLOSE = 3
 KIND_DONE = 4
 KIND_PRODUCE_BATCH = 5
+KIND_REPLICA_POSITIONS = 6
+KIND_WAKE = 7
 
 
 class Mode(IntEnum):
@@ -41,6 +47,10 @@ FRAGMENT_HEADER = struct.Struct("<QiHBxQQ")
 # request id, error, partition, offset, next offset
 ACK = struct.Struct("<Qhxxiqq")
 REQUEST_ID = struct.Struct("<Q")
+_POSITIONS_HEAD = struct.Struct("<iH")  # follower id, count
+_POSITION = struct.Struct("<iiqH")  # partition, leader epoch, offset, topic length
+_WAKE_HEAD = struct.Struct("<H")  # count
+_WAKE = struct.Struct("<iH")  # partition, topic length
 
 
 class ProduceFragment(NamedTuple):
@@ -129,3 +139,47 @@ def encode_done(request_id: int) -> tuple:
 
 def decode_done(body: memoryview) -> int:
     return REQUEST_ID.unpack_from(body, 0)[0]
+
+
+def encode_replica_positions(follower: int, positions) -> tuple:
+    """``positions``: ``(topic bytes, partition, leader epoch, offset)`` each (at most 65535)."""
+    parts = [_POSITIONS_HEAD.pack(follower, len(positions))]
+    for topic_bytes, partition, leader_epoch, offset in positions:
+        parts.append(_POSITION.pack(partition, leader_epoch, offset, len(topic_bytes)))
+        parts.append(topic_bytes)
+    return (b"".join(parts),)
+
+
+def decode_replica_positions(body: memoryview) -> tuple:
+    """``(follower, [(topic, partition, leader epoch, offset), ...])``."""
+    follower, count = _POSITIONS_HEAD.unpack_from(body, 0)
+    at = _POSITIONS_HEAD.size
+    positions = []
+    for _ in range(count):
+        partition, leader_epoch, offset, length = _POSITION.unpack_from(body, at)
+        at += _POSITION.size
+        positions.append((bytes(body[at:at + length]).decode("ascii"), partition, leader_epoch, offset))
+        at += length
+    return follower, positions
+
+
+def encode_wake(partitions) -> tuple:
+    """``partitions``: ``(topic, partition)`` each (at most 65535)."""
+    parts = [_WAKE_HEAD.pack(len(partitions))]
+    for topic, partition in partitions:
+        raw = topic.encode("ascii")
+        parts.append(_WAKE.pack(partition, len(raw)))
+        parts.append(raw)
+    return (b"".join(parts),)
+
+
+def decode_wake(body: memoryview) -> list:
+    (count,) = _WAKE_HEAD.unpack_from(body, 0)
+    at = _WAKE_HEAD.size
+    partitions = []
+    for _ in range(count):
+        partition, length = _WAKE.unpack_from(body, at)
+        at += _WAKE.size
+        partitions.append((bytes(body[at:at + length]).decode("ascii"), partition))
+        at += length
+    return partitions

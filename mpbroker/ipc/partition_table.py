@@ -29,19 +29,36 @@ import time
 from typing import NamedTuple
 
 _HEADER_BYTES = 64
-ENTRY_BYTES = 384  # a multiple of 8: every entry's seq word is aligned
+ENTRY_BYTES = 512  # a multiple of 8: every entry's seq word is aligned
 # log_start, flushed_end, log_end, segments_version, messages_in, bytes_in, last_flush_ms,
 # recovery_point, segment_count, partition
 _FIELDS = struct.Struct("<qqqQQQqqIi")
 _FIELDS_AT = 8
-_NAME_AT = _FIELDS_AT + _FIELDS.size
+# Replication: role, leader, leader_epoch, epoch_start, high_watermark, replica count,
+# then the ISR's broker ids (-1 for an unused place).
+MAX_ISR = 8
+_REPLICA_FIELDS = struct.Struct(f"<qqqqqq{MAX_ISR}i")
+_REPLICA_AT = _FIELDS_AT + _FIELDS.size
+_NO_ISR = (-1,) * MAX_ISR
+_NAME_AT = _REPLICA_AT + _REPLICA_FIELDS.size
 _NAME_LENGTH = struct.Struct("<H")
 MAX_TOPIC_BYTES = 255
 
 
+class Role:
+    """What this broker is for a partition (``PartitionState.role``)."""
+
+    UNREPLICATED = 0  # a 0.7 partition: readers see the flushed end
+    LEADER = 1  # readers see the high watermark
+    FOLLOWER = 2  # copies its leader; clients are told "not leader"
+    OFFLINE = 3  # a replica here, but neither leading nor following now (no leader, or no ZooKeeper lease)
+
+    NAMES = {UNREPLICATED: "unreplicated", LEADER: "leader", FOLLOWER: "follower", OFFLINE: "offline"}
+
+
 class PartitionState(NamedTuple):
     log_start: int
-    flushed_end: int  # what readers may see
+    flushed_end: int  # what readers of an unreplicated partition may see
     log_end: int
     segments_version: int
     messages_in: int  # messages appended since the broker started (all worker lives)
@@ -50,6 +67,34 @@ class PartitionState(NamedTuple):
     recovery_point: int  # everything before it is on disk (fsync'ed); -1: not known yet
     segment_count: int
     partition: int
+    role: int = Role.UNREPLICATED
+    leader: int = -1  # broker id
+    leader_epoch: int = -1
+    epoch_start: int = 0  # where the current leader epoch began in this log
+    high_watermark: int = 0  # what readers of a replicated partition may see
+    replica_count: int = 0  # replicas the assignment gives the partition (0: unreplicated)
+    isr_slots: tuple = _NO_ISR  # the in-sync replicas' ids, -1 for unused places
+
+    @property
+    def isr(self) -> tuple:
+        return tuple(broker for broker in self.isr_slots if broker >= 0)
+
+    @property
+    def under_replicated(self) -> bool:
+        """Led here, with an ISR smaller than its replicas (Kafka's UnderReplicatedPartitions)."""
+        return self.role == Role.LEADER and len(self.isr) < self.replica_count
+
+    @property
+    def visible_end(self) -> int:
+        """Where a consumer's read stops: the high watermark of a replicated partition,
+        the flushed end of another."""
+        return self.flushed_end if self.role == Role.UNREPLICATED else self.high_watermark
+
+
+def isr_slots(isr) -> tuple:
+    """``isr`` padded to the table's places (the first MAX_ISR members)."""
+    isr = tuple(isr)[:MAX_ISR]
+    return isr + _NO_ISR[len(isr):]
 
 
 class TableFullError(Exception):
@@ -115,8 +160,9 @@ class PartitionTable:
             before = words[word]
             if not before & 1:
                 fields = _FIELDS.unpack_from(mm, at + _FIELDS_AT)
+                replica = _REPLICA_FIELDS.unpack_from(mm, at + _REPLICA_AT)
                 if words[word] == before:
-                    return PartitionState(*fields)
+                    return PartitionState(*fields, *replica[:6], replica[6:])
             spins += 1
             if spins > _BUSY_SPINS:
                 now = time.monotonic()
@@ -147,6 +193,7 @@ class PartitionTable:
         at = self._at(count)
         self._words[at >> 3] = 0
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, -1, 0, partition)
+        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, Role.UNREPLICATED, -1, -1, 0, 0, 0, *_NO_ISR)
         _NAME_LENGTH.pack_into(self._mm, at + _NAME_AT, len(raw))
         start = at + _NAME_AT + _NAME_LENGTH.size
         self._mm[start:start + len(raw)] = raw
@@ -158,7 +205,9 @@ class PartitionTable:
         """The state a new writer of this slot finds in its entry: the fields as stored,
         also when a dead predecessor left the entry mid-update (no waiting: nobody else
         writes it). The next ``write`` makes the entry consistent for readers again."""
-        return PartitionState(*_FIELDS.unpack_from(self._mm, self._at(index) + _FIELDS_AT))
+        at = self._at(index)
+        replica = _REPLICA_FIELDS.unpack_from(self._mm, at + _REPLICA_AT)
+        return PartitionState(*_FIELDS.unpack_from(self._mm, at + _FIELDS_AT), *replica[:6], replica[6:])
 
     def write(self, index: int, state: PartitionState) -> None:
         at = self._at(index)
@@ -166,7 +215,8 @@ class PartitionTable:
         words = self._words
         odd = words[word] | 1  # odd already if a dead predecessor stopped mid-update
         words[word] = odd
-        _FIELDS.pack_into(self._mm, at + _FIELDS_AT, *state)
+        _FIELDS.pack_into(self._mm, at + _FIELDS_AT, *state[:10])
+        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, *state[10:16], *state.isr_slots)
         words[word] = odd + 1
 
 

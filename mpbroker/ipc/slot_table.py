@@ -2,7 +2,8 @@
 
 The supervisor writes pid, state, generation, restarts and start time (a date); the
 process in the slot writes its heartbeat (``clock.monotonic_ms``, one clock for the
-whole machine, so a step of the date never makes a live child look dead) and nothing else. Readers: the
+whole machine, so a step of the date never makes a live child look dead) and, for the
+registrar, its ZooKeeper lease (below), nothing else. Readers: the
 supervisor (liveness, status) and the acceptor (which slots take requests after it
 was itself respawned). Every field is one aligned 8-byte word, loaded and stored
 whole through a typed memoryview, so a reader never sees half a value.
@@ -12,8 +13,9 @@ import mmap
 from enum import IntEnum
 from typing import NamedTuple
 
-_SLOT_WORDS = 8  # 64 bytes per slot: pid, state, generation, restarts, started_ms, heartbeat_ms, 2 spare
+_SLOT_WORDS = 8  # 64 bytes per slot: pid, state, generation, restarts, started_ms, heartbeat_ms, lease, 1 spare
 _HEARTBEAT = 5
+_LEASE = 6
 _STATE = 1
 
 
@@ -58,3 +60,14 @@ class SlotTable:
 
     def beat(self, slot: int, now_ms: int) -> None:
         self._words[slot * _SLOT_WORDS + _HEARTBEAT] = now_ms
+
+    # --- the registrar's ZooKeeper lease ------------------------------------------
+
+    def renew_lease(self, slot: int, until_ms: int) -> None:
+        """The registrar in ``slot``: its ZooKeeper session is surely alive until
+        ``until_ms`` (``clock.monotonic_ms``). The leaders of replicated partitions take
+        and acknowledge produces only before it (``workers.replication``)."""
+        self._words[slot * _SLOT_WORDS + _LEASE] = until_ms
+
+    def lease(self, slot: int) -> int:
+        return self._words[slot * _SLOT_WORDS + _LEASE]

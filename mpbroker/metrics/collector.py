@@ -6,7 +6,8 @@ Sources, all written by other processes and only read here:
 - the workers' partition tables: per partition its size, offsets, segments, unflushed
   bytes and what was appended;
 - the counter table: the acceptor's requests, bytes and connections, the workers'
-  flushes and their latency (``mpbroker/ipc/counters.py``);
+  flushes and their latency and ISR changes, the registrar's controller flag
+  (``mpbroker/ipc/counters.py``);
 - ``statvfs`` of log.dir: the free space.
 
 Every name starts with ``mpbroker_``. Counters keep counting across respawns (their
@@ -19,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from mpbroker import __version__
 from mpbroker.ipc import counters as c
-from mpbroker.ipc.partition_table import published_partitions
+from mpbroker.ipc.partition_table import Role, published_partitions
 from mpbroker.ipc.slot_table import SlotState
 
 
@@ -37,6 +38,7 @@ class BrokerCollector:
         yield from self._processes()
         yield from self._requests()
         yield from self._flushes()
+        yield from self._replication()
         yield from self._partitions()
 
     def _broker(self):
@@ -107,6 +109,29 @@ class BrokerCollector:
         yield latency
         yield failures
 
+    def _replication(self):
+        shrinks = CounterMetricFamily("mpbroker_isr_shrinks", "ISRs of partitions led here that lost members",
+                                      labels=["worker"])
+        expands = CounterMetricFamily("mpbroker_isr_expands", "ISRs of partitions led here that gained members",
+                                      labels=["worker"])
+        for slot, _, role in self.processes:
+            if role == "worker":
+                row = self.counters.read(slot)
+                shrinks.add_metric([str(slot)], row[c.ISR_SHRINKS])
+                expands.add_metric([str(slot)], row[c.ISR_EXPANDS])
+            elif role == "registrar":
+                row = self.counters.read(slot)
+                yield GaugeMetricFamily("mpbroker_controller", "1 while this broker is the cluster's controller",
+                                        value=row[c.CONTROLLER])
+                yield GaugeMetricFamily("mpbroker_controller_epoch", "the controller epoch while it is, else 0",
+                                        value=row[c.CONTROLLER_EPOCH])
+        yield shrinks
+        yield expands
+        rows = published_partitions(self.tables)
+        yield GaugeMetricFamily("mpbroker_under_replicated_partitions",
+                                "partitions led here whose ISR is smaller than their replicas",
+                                value=sum(1 for *_, state in rows if state.under_replicated))
+
     def _partitions(self):
         labels = ["topic", "partition"]
         families = {
@@ -125,6 +150,13 @@ class BrokerCollector:
                                             labels=labels),
             "bytes": CounterMetricFamily("mpbroker_partition_bytes_in", "bytes appended since the start",
                                          labels=labels),
+            "leader": GaugeMetricFamily("mpbroker_partition_leader",
+                                        "replicated partitions: 1 where this broker leads, 0 elsewhere", labels=labels),
+            "high_watermark": GaugeMetricFamily("mpbroker_partition_high_watermark",
+                                                "replicated partitions: what every in-sync replica has",
+                                                labels=labels),
+            "isr": GaugeMetricFamily("mpbroker_partition_in_sync_replicas",
+                                     "replicated partitions: the ISR's size as this broker knows it", labels=labels),
         }
         for topic, partition, _, state in sorted(published_partitions(self.tables), key=lambda row: row[:2]):
             key = [topic, str(partition)]
@@ -137,4 +169,8 @@ class BrokerCollector:
                 families["flushed_at"].add_metric(key, state.last_flush_ms / 1000)
             families["messages"].add_metric(key, state.messages_in)
             families["bytes"].add_metric(key, state.bytes_in)
+            if state.role != Role.UNREPLICATED:
+                families["leader"].add_metric(key, 1 if state.role == Role.LEADER else 0)
+                families["high_watermark"].add_metric(key, state.high_watermark)
+                families["isr"].add_metric(key, len(state.isr))
         yield from families.values()

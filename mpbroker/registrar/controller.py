@@ -15,7 +15,10 @@ write that raced with another fails and is read again at the next round.
 
 Every round (``ROUND_S``, and at once when the live brokers change) it reads the live
 brokers and every replicated topic's assignment and states, and writes what
-``leader_election`` decides: a first state for a partition that has none, a new
+``leader_election`` decides: a first state for a partition that has none (from the
+round after the topic appeared: the brokers' registrars, which read the assignments
+every 250 ms, have told their acceptors the topic is replicated by then, so no
+produce that finds the new leader is taken the 0.7 way, unreplicated), a new
 leader or a smaller ISR after brokers died, an ISR member elected when the partition
 was offline. Unclean election (a replica outside the ISR) is off unless
 ``unclean.leader.election.enable=true``.
@@ -45,6 +48,7 @@ class Controller:
         self.epoch = None  # the controller epoch while this broker is the controller
         self._next_round = 0.0
         self._live = None  # the live brokers of the last round
+        self._seen = set()  # the topics of the last round: only they get first states
 
     @property
     def active(self) -> bool:
@@ -67,8 +71,10 @@ class Controller:
             return
         self._next_round = now + ROUND_S
         self._live = live
-        for topic in topic_names(self.client):  # each topic node read once: _elect skips the 0.7 ones
-            self._elect(topic, live)
+        topics = topic_names(self.client)
+        for topic in topics:  # each topic node read once: _elect skips the 0.7 ones
+            self._elect(topic, live, may_start=topic in self._seen)
+        self._seen = set(topics)
 
     def resign(self) -> None:
         """Stop acting as the controller (and give the node up if it is ours)."""
@@ -136,7 +142,7 @@ class Controller:
 
     # --- one round -------------------------------------------------------------------
 
-    def _elect(self, topic: str, live: set) -> None:
+    def _elect(self, topic: str, live: set, may_start: bool) -> None:
         try:
             value, _ = self.client.get(replication.topic_path(topic))
             assignment = replication.parse_assignment(topic, value)
@@ -150,13 +156,15 @@ class Controller:
         for partition, replicas in sorted(assignment.items()):
             if not self.active:
                 return
-            self._elect_partition(topic, partition, replicas, live)
+            self._elect_partition(topic, partition, replicas, live, may_start)
 
-    def _elect_partition(self, topic: str, partition: int, replicas, live: set) -> None:
+    def _elect_partition(self, topic: str, partition: int, replicas, live: set, may_start: bool) -> None:
         path = replication.partition_state_path(topic, partition)
         try:
             value, stat = self.client.get(path)
         except NoNodeError:
+            if not may_start:
+                return  # a topic new this round: every broker learns it is replicated first (below)
             state = first_state(replicas, live, self.epoch)
             if state is not None:
                 try:

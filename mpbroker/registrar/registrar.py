@@ -22,7 +22,17 @@ Its life, driven by the supervisor over the control channel:
 
 While registered it also runs the controller (``controller``) on the same session:
 one broker of the cluster elects the leaders of the replicated topics' partitions. A
-stop resigns the controllership first, so another broker takes over at once.
+stop resigns the controllership first, so another broker takes over at once. And it
+reads this broker's replica roles (``replica_roles``), which the supervisor hands to
+the workers, and writes the ISR changes the workers' leaders ask for.
+
+The ZooKeeper lease: after each step whose reads succeeded it writes, in its slot of
+the slot table, ``the step's start + 2/3 of zk.sessiontimeout.ms``. The session
+cannot have expired before then (ZooKeeper heard from it after the step began), so
+a leader that takes and acknowledges produces only within the lease never does so
+after another broker may have been elected in its place: a broker paused past its
+session (SIGSTOP, a long GC-like stall, a partition from ZooKeeper) stops
+acknowledging the moment it runs again, before it even learns of the expiry.
 
 Its state goes to the supervisor as ``zk_state`` messages, which ``mpbroker-ctl
 status`` shows; the first one saying ``registered`` after ``register`` is what the
@@ -34,12 +44,17 @@ import time
 
 from kazoo.protocol.states import KazooState
 
+from mpbroker.clock import monotonic_ms
+from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.ipc import counters
 from mpbroker.ipc.control import Op
 from mpbroker.process.child import ChildProcess
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
 from mpbroker.registrar.controller import Controller
-from mpbroker.registry import layout
+from mpbroker.registrar.replica_roles import ReplicaRoles
+from mpbroker.registry import layout, topic_admin
+from mpbroker.registry.replication import PlacementError
 from mpbroker.registry.zk_client import (
     TRANSIENT,
     ZK_ERRORS,
@@ -60,8 +75,9 @@ MIN_REPLACE_AFTER_S = 5.0
 
 
 class Registrar(ChildProcess):
-    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str):
+    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str, counter_row=None):
         super().__init__(slots, slot, channel)
+        self.counter_row = counter_row  # the controller flag and epoch, for the metrics
         self.config = config
         self.tables = tables
         self.channel = channel
@@ -70,6 +86,8 @@ class Registrar(ChildProcess):
         self.client = None
         self.registration = None
         self.controller = None  # made with each client: the controller runs on the broker's session
+        self.roles = None  # made with each client too
+        self._roles_session = None  # the session the roles were last read under
         self.checked = False
         self.serving = False  # the supervisor said "register"
         self.conflict = False  # the broker id belongs to another live broker
@@ -89,7 +107,36 @@ class Registrar(ChildProcess):
         return None
 
     def control_handlers(self) -> dict:
-        return {Op.REGISTER: self._on_register}
+        return {Op.REGISTER: self._on_register, Op.ISR_CHANGE: self._on_isr_change,
+                Op.CREATE_TOPIC: self._on_create_topic}
+
+    def _on_create_topic(self, message: dict) -> None:
+        """A produce named a topic no broker has: create it replicated, placed over the
+        live brokers (Kafka 0.8's auto-creation with default.replication.factor)."""
+        if self.client is None or not self.client.connected:
+            return  # the producer retries, and the acceptor asks again
+        topic, partitions = message["topic"], message["partitions"]
+        factor = self.config.default_replication_factor
+        try:
+            topic_admin.create_topic(self.client, topic, partitions, factor)
+        except topic_admin.TopicExists:
+            return
+        except (PlacementError, InvalidTopicError) as exc:
+            self._warn(f"cannot create topic {topic!r} with default.replication.factor={factor}: {exc}")
+            return
+        except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
+            self._warn(f"creating topic {topic!r} failed: {exc!r}")
+            return
+        log.info("created topic %r for a produce: %d partitions, replication factor %d", topic, partitions, factor)
+
+    def _on_isr_change(self, message: dict) -> None:
+        if self.roles is None or self.client is None or not self.client.connected:
+            return  # the leader asks again; its ISR stays as ZooKeeper has it
+        try:
+            self.roles.request_isr(message)
+            self.roles.step()
+        except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
+            self._warn(f"writing the ISR of {message.get('topic')}-{message.get('partition')} failed: {exc!r}")
 
     def _on_register(self, _message: dict) -> None:
         self.serving = True
@@ -97,6 +144,7 @@ class Registrar(ChildProcess):
         self._step()
 
     def finish(self) -> int:
+        self.slots.renew_lease(self.slot, 0)  # this broker's leaders take and acknowledge nothing more
         if not self.conflict:
             self._deregister()
         self._close()
@@ -120,9 +168,14 @@ class Registrar(ChildProcess):
                 self.checked = True
                 self.channel.send(Op.CHECKED, zookeeper=True)
             if self.serving:
+                began = monotonic_ms()
+                self._read_roles()  # first: the topic scan leaves the replicated topics out
                 self._register()
                 if self.registration.registered_session is not None:  # only a live broker controls
                     self.controller.step()
+                if self.registration.registered_session == self.client.client_id[0]:  # and leads
+                    lease_ms = self.config.zk_sessiontimeout_ms * 2 // 3
+                    self.slots.renew_lease(self.slot, began + lease_ms)
         except (ZooKeeperUnavailable, *TRANSIENT) as exc:
             self._report_unreachable(exc)
         except BrokerIdConflict as exc:
@@ -134,6 +187,13 @@ class Registrar(ChildProcess):
             self._warn(f"ZooKeeper call failed: {exc!r}; retrying")
         self._report()
 
+    def _read_roles(self) -> None:
+        session = self.client.client_id[0]
+        if session != self._roles_session:  # a new session: whatever it missed is sent again
+            self.roles.forget()
+            self._roles_session = session
+        self.roles.step()
+
     def _connect(self) -> None:
         ensure_chroot(self.config.zk_connect, CHROOT_TIMEOUT_S)
         self.client = make_client(self.config.zk_connect, self.config.zk_sessiontimeout_ms)
@@ -142,6 +202,8 @@ class Registrar(ChildProcess):
         self.registration = BrokerRegistration(self.client, self.info)
         self.controller = Controller(self.client, self.config.brokerid,
                                      unclean=self.config.unclean_leader_election_enable)
+        self.roles = ReplicaRoles(self.client, self.config.brokerid,
+                                  lambda **fields: self.channel.send(Op.ROLES, **fields))
 
     def _replace_client_kept_away(self) -> None:
         now = time.monotonic()
@@ -157,6 +219,7 @@ class Registrar(ChildProcess):
         self._close()
         self.registration = None
         self.controller = None
+        self.roles = None
         self._away_since = None
         self._next_scan = 0.0
 
@@ -183,7 +246,10 @@ class Registrar(ChildProcess):
         self.registration.register()
 
     def _topics(self) -> dict:
-        topics = {topic for table in self.tables for _, topic, _ in table.names()}
+        """The 0.7 topics of the partition tables (a replicated topic's nodes are the
+        controller's: its partitions are not registered per broker)."""
+        replicated = self.roles.replicated_topics if self.roles is not None else {}
+        topics = {topic for table in self.tables for _, topic, _ in table.names() if topic not in replicated}
         return {topic: self.config.partitions_for(topic) for topic in topics}
 
     # --- reporting --------------------------------------------------------------
@@ -205,6 +271,10 @@ class Registrar(ChildProcess):
             log.warning("%s", message)
 
     def _report(self) -> None:
+        epoch = self.controller.epoch if self.controller is not None else None
+        if self.counter_row is not None:
+            self.counter_row[counters.CONTROLLER] = 1 if epoch is not None else 0
+            self.counter_row[counters.CONTROLLER_EPOCH] = epoch or 0
         registration = self.registration
         connected = bool(self.client is not None and self.client.connected)
         state = {

@@ -13,7 +13,10 @@ The entries rise in both epoch and offset. ``assign`` records a new epoch at the
 end when a set is appended under an epoch newer than the latest (an earlier entry
 that starts at the same offset held nothing and is replaced). ``truncate_from_end``
 forgets the epochs that began at or past a truncation point; ``truncate_from_start``
-moves the first one up to the log start after retention.
+moves the first one up to the log start after retention; ``clear`` forgets them all
+(a follower that starts its log afresh at the leader's log start). The partition's
+``Log`` owns its LeaderEpochs and makes each change durable (``Log.assign_epoch``,
+``Log.truncate_to``, retention).
 
 The file is Kafka's checkpoint text: a version line ``0``, a count line, then one
 ``<epoch> <start offset>`` line per entry. It is replaced atomically
@@ -24,7 +27,7 @@ The file is Kafka's checkpoint text: a version line ``0``, a count line, then on
 import os
 from typing import NamedTuple
 
-from mpbroker.codec.errors import LogCorruptError
+from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.segments.durability import replace_file
 from mpbroker.segments.naming import LEADER_EPOCH_FILE as FILE_NAME
 
@@ -51,6 +54,8 @@ class LeaderEpochs:
                 text = file.read()
         except FileNotFoundError:
             return cls(directory)
+        except NotADirectoryError as exc:  # the partition's path is not a directory: storage, not this file
+            raise StorageError(f"cannot list partition directory {directory}: {exc.strerror}") from exc
         except (OSError, UnicodeDecodeError) as exc:
             raise LogCorruptError(f"cannot read {path}: {exc}") from exc
         return cls(directory, parse(path, text))
@@ -109,6 +114,12 @@ class LeaderEpochs:
             kept[0] = EpochEntry(kept[0].epoch, start_offset)
         changed = kept != self.entries
         self.entries = kept
+        return changed
+
+    def clear(self) -> bool:
+        """Forget every epoch. True if there were any."""
+        changed = bool(self.entries)
+        self.entries = []
         return changed
 
     def write(self) -> None:

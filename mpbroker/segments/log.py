@@ -8,6 +8,12 @@ appends go on: ``begin_flush`` (cheap, on the owner's thread), ``sync_pending``
 (blocking, any thread), ``finish_flush`` (cheap, owner's thread). ``flush`` does all
 three at once.
 
+A replicated partition's log also keeps its leader epochs (``leader_epochs``, the
+``leader-epoch-checkpoint`` file: where each epoch began; ``assign_epoch``). A follower
+cuts its log where it diverges from its leader's (``truncate_to``), or starts it afresh
+at the leader's log start (``truncate_fully_and_start_at``); both drop the epochs past
+the cut and are durable before they return, so the cut bytes never come back.
+
 A Log is used by one thread at a time (its owner); only ``sync_pending`` may run
 elsewhere, and it touches nothing but file descriptors the Log keeps open for it.
 """
@@ -20,8 +26,9 @@ from typing import NamedTuple
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.codec.topic_names import check_topic
-from mpbroker.segments import retention
+from mpbroker.segments import retention, truncation
 from mpbroker.segments.durability import sync_directory
+from mpbroker.segments.leader_epochs import LeaderEpochs
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.log_view import FileRange, locate
 from mpbroker.segments.naming import partition_path
@@ -50,7 +57,7 @@ class PendingFlush(NamedTuple):
 
 class Log:
     def __init__(self, topic: str, partition: int, directory: str, config: LogConfig,
-                 segments: list, clock_ms=wall_clock_ms, timer_ms=monotonic_ms):
+                 segments: list, clock_ms=wall_clock_ms, timer_ms=monotonic_ms, leader_epochs=None):
         if not segments:
             raise ValueError("a log has at least one segment")
         self.topic = topic
@@ -73,6 +80,9 @@ class Log:
         self.segments_version = 0  # bumped whenever the segment list changes
         self.failure = None  # why this log takes no more appends (its files were removed)
         self.recovery_scanned = 0  # bytes recovery read when the log was opened
+        self._epochs = LeaderEpochs(directory) if leader_epochs is None else leader_epochs
+        self._epochs_unsaved = False  # a write of the epochs failed: the file may not hold them
+        self._flushes_in_flight = 0  # begun, not finished: no truncation meanwhile
 
     @classmethod
     def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *,
@@ -94,6 +104,8 @@ class Log:
         except OSError as exc:
             raise StorageError(f"cannot create {directory}: {exc.strerror}") from exc
         try:
+            # A damaged epoch file is refused before recovery changes anything.
+            epochs = LeaderEpochs(directory) if created else LeaderEpochs.load(directory)
             segments, scanned = ([], 0) if created else open_segments(directory, recover=recover,
                                                                          recovery_point=recovery_point)
             first_segment_made = not segments
@@ -103,8 +115,9 @@ class Log:
             if created:  # a refused new partition leaves no empty directory behind
                 _remove_empty_directory(directory)
             raise
-        instance = cls(topic, partition, directory, config, segments, clock_ms, timer_ms)
+        instance = cls(topic, partition, directory, config, segments, clock_ms, timer_ms, epochs)
         instance.recovery_scanned = scanned
+        instance._fit_epochs_to_log()
         if created:
             instance.recovery_point = 0
             instance._dirty_directories.update((directory, os.path.dirname(directory)))
@@ -129,6 +142,17 @@ class Log:
         if unsynced:
             self._dirty_directories.add(self.directory)
 
+    def _fit_epochs_to_log(self) -> None:
+        """Epochs that began past the log end (a crash or failure between a truncation or
+        recovery and the epochs' rewrite) or below the log start (retention's) are fitted
+        to the log. One that begins at the log end stays: a leader records its epoch there."""
+        changed = self._epochs.truncate_from_end(self.log_end + 1)
+        changed = self._epochs.truncate_from_start(self.log_start) or changed
+        if changed:
+            log.warning("%s: leader epochs fitted to the log [%d, %d]: %s", self.directory, self.log_start,
+                        self.log_end, self._epochs.entries)
+            self._save_epochs_quietly()
+
     # --- state -----------------------------------------------------------------
 
     @property
@@ -150,6 +174,16 @@ class Log:
     @property
     def unflushed_messages(self) -> int:
         return self._unflushed_messages
+
+    @property
+    def leader_epochs(self) -> LeaderEpochs:
+        """The partition's leader epochs; change them through the Log (``assign_epoch``)."""
+        return self._epochs
+
+    @property
+    def flush_in_flight(self) -> bool:
+        """A flush began and has not finished (a truncation waits for it)."""
+        return self._flushes_in_flight > 0
 
     # --- append ----------------------------------------------------------------
 
@@ -277,6 +311,7 @@ class Log:
         for segment in dirty:
             segment.dirty = False
             segment.flushes_in_progress += 1
+        self._flushes_in_flight += 1
         pending = PendingFlush(
             dirty,
             tuple(sorted(self._dirty_directories, key=len, reverse=True)),  # a partition's before log.dir
@@ -291,6 +326,7 @@ class Log:
         """Make the flushed bytes visible, or (``error``) keep them pending and raise."""
         for segment in pending.segments:
             segment.flushes_in_progress -= 1
+        self._flushes_in_flight -= 1
         if error is not None:
             for segment in pending.segments:
                 segment.dirty = True
@@ -354,7 +390,77 @@ class Log:
         self.flushed_end = max(self.flushed_end, self.log_start)
         if self.recovery_point is not None:
             self.recovery_point = max(self.recovery_point, self.log_start)
+        if self._epochs.truncate_from_start(self.log_start) or self._epochs_unsaved:
+            self._save_epochs_quietly()  # an epoch starting below the log start misleads no one
         return [segment.base for segment in deleted]
+
+    # --- leader epochs and truncation (replication) ------------------------------
+
+    def assign_epoch(self, epoch: int, start_offset: int | None = None) -> bool:
+        """Record that the bytes from ``start_offset`` (default: the log end) on are
+        written under ``epoch``: a leader calls it when it becomes leader, a follower
+        before it appends bytes of a newer epoch. A no-op (False) unless ``epoch`` is
+        newer than the latest; otherwise the file is rewritten durably before it
+        returns True. ValueError for an offset outside [log start, log end] or before
+        the latest epoch's start; StorageError when the file cannot be written."""
+        start = self.log_end if start_offset is None else start_offset
+        if epoch < 0:
+            raise ValueError(f"a leader epoch is >= 0, not {epoch}")
+        if not self.log_start <= start <= self.log_end:
+            raise ValueError(f"epoch {epoch} cannot start at {start}, outside the log "
+                             f"[{self.log_start}, {self.log_end}] of {self.directory}")
+        changed = self._epochs.assign(epoch, start)
+        if changed or self._epochs_unsaved:
+            self._save_epochs()
+        return changed
+
+    def truncate_to(self, offset: int) -> int:
+        """Cut the log so that it ends at ``offset``: the segment holding it is cut
+        there (emptied when ``offset`` is its base), every later one deleted; the log
+        end, flushed end and recovery point come down to at most ``offset``; the epochs
+        that began at or after it are forgotten. Durable before it returns (see
+        ``truncation``). Returns the new log end; past the log end nothing changes.
+        ValueError below the log start (see ``truncate_fully_and_start_at``);
+        RuntimeError while a flush is in flight; StorageError when a file operation
+        fails, with the Log matching the disk (a prefix of the old log)."""
+        if offset > self.log_end:
+            return self.log_end
+        try:
+            truncation.truncate_to(self, offset)
+        except StorageError:
+            self._fit_epochs_to_log()  # to what is left
+            raise
+        if self._epochs.truncate_from_end(offset) or self._epochs_unsaved:
+            self._save_epochs()
+        return self.log_end
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every byte and start an empty log at ``offset`` (a follower whose
+        position fell below its leader's log start): afterwards log start, log end,
+        flushed end and recovery point are all ``offset``, and there are no epochs.
+        Durable before it returns. RuntimeError while a flush is in flight;
+        StorageError when a file operation fails, with the Log matching the disk."""
+        try:
+            truncation.restart_at(self, offset)
+        except StorageError:
+            self._fit_epochs_to_log()
+            raise
+        if self._epochs.clear() or self._epochs_unsaved:
+            self._save_epochs()
+
+    def _save_epochs(self) -> None:
+        self._epochs_unsaved = True
+        try:
+            self._epochs.write()
+        except OSError as exc:
+            raise StorageError(f"cannot write the leader epochs {self._epochs.path}: {exc.strerror or exc}") from exc
+        self._epochs_unsaved = False
+
+    def _save_epochs_quietly(self) -> None:
+        try:
+            self._save_epochs()
+        except StorageError as exc:
+            log.error("%s; it is written again at the next change", exc)
 
     # --- lifecycle -------------------------------------------------------------
 

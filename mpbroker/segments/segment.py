@@ -3,7 +3,9 @@
 A segment holds message-set bytes exactly as they travel, in a file named by its base
 offset. It appends with O_APPEND writes (one ``write``/``writev`` per append), makes
 its data durable with ``fdatasync``, and undoes a partial append (disk full, I/O
-error) by truncating back, so the file never keeps half a message set.
+error) by truncating back, so the file never keeps half a message set. A replica's
+log cuts a segment durably (``truncate_durably``), removes it (``unlink``) or moves
+it to another base (``rename``) when it truncates (``Log.truncate_to``).
 """
 
 import errno
@@ -85,6 +87,40 @@ class Segment:
     def truncate(self, size: int) -> None:
         os.ftruncate(self.fd, size)
         self.size = size
+
+    def truncate_durably(self, size: int) -> None:
+        """Cut the file to ``size`` bytes and ``fsync`` it: the cut bytes cannot come back
+        after a power cut. On OSError ``size`` is what the file holds, and it is dirty."""
+        try:
+            os.ftruncate(self.fd, size)
+            self.size = size
+            os.fsync(self.fd)
+        except OSError:
+            self.dirty = True
+            try:
+                self.size = os.fstat(self.fd).st_size
+            except OSError:
+                pass
+            raise
+        self.dirty = False  # everything it holds is on disk
+
+    def unlink(self) -> None:
+        """Remove the file, then close it; on OSError it stays linked and open."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self.close()
+
+    def rename(self, base: int) -> None:
+        """Move the file to the name of ``base`` in its directory and take that base
+        (the directory must be synced for the new name to be durable). OSError, with
+        the segment unchanged, when the name is taken or the rename fails."""
+        path = os.path.join(os.path.dirname(self.path), segment_file_name(base))
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+        os.rename(self.path, path)
+        self.base, self.path = base, path
 
     def sync(self) -> None:
         os.fdatasync(self.fd)

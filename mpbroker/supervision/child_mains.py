@@ -16,7 +16,8 @@ def run_worker(supervisor, child) -> int:
     recover = not supervisor.clean or child.restarts > 0
     worker = PartitionWorker(slot, supervisor.config, memory.request_rings[slot], memory.answer_rings[slot],
                              memory.tables[slot], memory.slots, child.child_channel, memory.counters.row(slot),
-                             recover=recover)
+                             recover=recover,
+                             lease_slot=supervisor.registrar.slot if supervisor.registrar is not None else None)
     return worker.run()
 
 
@@ -33,7 +34,7 @@ def run_registrar(supervisor, child) -> int:
 
     memory = supervisor.memory
     registrar = Registrar(supervisor.config, supervisor.port, memory.tables, memory.slots, child.slot,
-                          child.child_channel, supervisor.creator_id)
+                          child.child_channel, supervisor.creator_id, memory.counters.row(child.slot))
     return registrar.run()
 
 

@@ -12,7 +12,7 @@ import collections
 import time
 
 from mpbroker.clock import monotonic_ms
-from mpbroker.ipc.partition_table import published_partitions
+from mpbroker.ipc.partition_table import Role, published_partitions
 from mpbroker.ipc.slot_table import SlotState
 
 RATE_SAMPLE_S = 5.0
@@ -78,6 +78,10 @@ def partition_status(tables, rates: RateSampler) -> tuple:
         "segments": state.segment_count, "bytes": state.log_end - state.log_start,
         "messages_in": state.messages_in,
         "messages_per_s": round(rates.rate((topic, partition), state.messages_in), 1),
+        "role": Role.NAMES.get(state.role, str(state.role)),
+        "leader_epoch": state.leader_epoch if state.role != Role.UNREPLICATED else None,
+        "high_watermark": state.high_watermark if state.role != Role.UNREPLICATED else None,
+        "isr": list(state.isr) if state.role != Role.UNREPLICATED else None,
     } for topic, partition, slot, state in sorted(rows, key=lambda row: (row[0], row[1]))]
     return partitions, by_worker
 

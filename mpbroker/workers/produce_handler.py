@@ -40,8 +40,9 @@ class _Produce:
 
 
 class ProduceHandler:
-    def __init__(self, logs, publisher, flusher, config, answer):
+    def __init__(self, logs, publisher, flusher, config, answer, replication):
         self._logs = logs
+        self._replication = replication  # ReplicaManager: the replicated partitions' roles
         self._publisher = publisher
         self._flusher = flusher
         self.config = config  # replaced on reload
@@ -66,6 +67,8 @@ class ProduceHandler:
                 produce = self._assemble(messages.decode_fragment(body))
                 if produce is not None:
                     produces.append(produce)
+            elif kind == messages.KIND_REPLICA_POSITIONS:
+                self._replication.positions(*messages.decode_replica_positions(body))
         groups = {}
         last_fire_and_forget = None
         for produce in produces:
@@ -117,6 +120,11 @@ class ProduceHandler:
                                                                 -1, -1, reason))
 
     def _append(self, topic: str, partition: int, group: list) -> None:
+        replica = self._replication.get(topic, partition)
+        if replica is not None:
+            group = self._admitted(replica, group)
+            if not group:
+                return
         data = [produce.data for produce in group if produce.data]
         total_messages = sum(produce.messages for produce in group)
         partition_log = self._logs.get(topic, partition)
@@ -139,7 +147,10 @@ class ProduceHandler:
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
             next_offset = offset + len(produce.data)
-            if produce.mode in _ACK_ON_APPEND or (produce.mode == Mode.ACK_FLUSH
+            if replica is not None and produce.mode == Mode.ACK_REPLICATED:
+                self._replication.wait_for_replicas(replica, produce.request_id, produce.partition, offset,
+                                                    next_offset)
+            elif produce.mode in _ACK_ON_APPEND or (produce.mode == Mode.ACK_FLUSH
                                                     and next_offset <= partition_log.flushed_end):
                 self._acknowledge(produce, offset, next_offset)  # (an empty set with nothing unflushed)
             elif produce.mode == Mode.ACK_FLUSH:
@@ -148,7 +159,21 @@ class ProduceHandler:
             offset = next_offset
         if partition_log in self._flush_waiters or partition_log.flush_due():
             self._flusher.request(partition_log)
+        if replica is not None:
+            self._replication.appended(replica)  # may answer durability 2 at once (an ISR of one)
         self._publisher.publish(partition_log)
+
+    def _admitted(self, replica, group: list) -> list:
+        """The produces of ``group`` the replicated partition takes now; the others are
+        refused (not leader, ISR too small, no ZooKeeper lease), before any append."""
+        admitted = []
+        for produce in group:
+            refusal = self._replication.refusal(replica, produce.mode)
+            if refusal is None:
+                admitted.append(produce)
+            else:
+                self._refuse(produce, *refusal)
+        return admitted
 
     def _fail_group(self, topic: str, partition: int, group: list, exc: Exception) -> None:
         """Refuse every produce of ``group``, logging the failure once (it may repeat for

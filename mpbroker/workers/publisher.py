@@ -1,14 +1,17 @@
 """Keeps a worker's entries in the shared partition table in step with its logs.
 
 The acceptor serves fetches from what is published here (flushed end, log start,
-segment list version), so a log's entry is rewritten after every change a reader
-cares about: appends (log end, counters), flushes (flushed end, recovery point), rolls
-and retention (segments). The recovery point published here is where a respawned
-worker starts recovering the log.
+segment list version; for a replicated partition its role, leader epoch and high
+watermark), so a log's entry is rewritten after every change a reader cares about:
+appends (log end, counters), flushes (flushed end, recovery point), rolls and
+retention (segments), role changes and high watermarks (``replication``). The
+recovery point published here is where a respawned worker starts recovering the log.
 """
 
-from mpbroker.ipc.partition_table import PartitionState, PartitionTable
+from mpbroker.ipc.partition_table import PartitionState, PartitionTable, Role, isr_slots
 from mpbroker.segments.recovery_points import stored
+
+_UNREPLICATED = (Role.UNREPLICATED, -1, -1, 0, 0, 0, isr_slots(()))
 
 
 class Publisher:
@@ -17,6 +20,7 @@ class Publisher:
         self._index = {}  # Log -> table index
         self._counters = {}  # Log -> [messages_in, bytes_in, last_flush_ms]
         self._version_base = {}  # Log -> added to its segments_version (monotonic across restarts)
+        self.replicas = {}  # Log -> replication.Replica, for the replicated partitions
 
     def __len__(self) -> int:
         return len(self._index)
@@ -42,6 +46,8 @@ class Publisher:
 
     def publish(self, partition_log) -> None:
         messages_in, bytes_in, last_flush_ms = self._counters[partition_log]
+        replica = self.replicas.get(partition_log)
+        replication = _UNREPLICATED if replica is None else replica.table_fields()
         self._table.write(self._index[partition_log], PartitionState(
             partition_log.log_start,
             partition_log.flushed_end,
@@ -53,6 +59,7 @@ class Publisher:
             stored(partition_log.recovery_point),
             partition_log.segment_count,
             partition_log.partition,
+            *replication,
         ))
 
     def publish_all(self) -> None:

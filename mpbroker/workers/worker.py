@@ -5,7 +5,10 @@ opens and recovers their logs, takes produce records from its request ring, appe
 flushes on the policy (on background threads), runs retention (every
 ``log.cleanup.interval.mins``, and at once on a reload), publishes each log's
 state in its partition table, checkpoints the logs' recovery points into ``log.dir``
-and answers through its answer ring.
+and answers through its answer ring. For the replicated partitions among them it
+acts on the roles the registrar read (``replication``): leading (high watermark, ISR,
+durability 2) or following (``replica_fetcher``: fetching from the leader over the
+broker port, in this same loop).
 
 Recovery starts at each log's recovery point: after a respawn, the one its previous
 life published in the partition table (exact: it survives the process); after a
@@ -29,6 +32,8 @@ import time
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.config.broker_config import config_from_properties
+from mpbroker.ipc import messages
+from mpbroker.ipc.control import Op
 from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
 from mpbroker.ownership import owner_slot
@@ -47,6 +52,8 @@ from mpbroker.throttled_log import ThrottledLog
 from mpbroker.workers.flusher import Flusher
 from mpbroker.workers.produce_handler import ProduceHandler
 from mpbroker.workers.publisher import Publisher
+from mpbroker.workers.replica_fetcher import ReplicaFetcher
+from mpbroker.workers.replication import ReplicaManager
 
 log = logging.getLogger(__name__)
 
@@ -55,11 +62,13 @@ EXIT_CRASH = 1
 EXIT_FLUSH_FAILED = 3
 EXIT_LOG_REFUSED = 4
 FULL_RING_RETRY_S = 0.005  # re-try a full answer ring this often (a missed space wake-up costs no more)
+REPLICATION_TICK_MS = 100  # ISR checks, held acknowledgements, silent leader connections
+WAKES_PER_RECORD = 4096
 
 
 class PartitionWorker(ChildProcess):
     def __init__(self, slot: int, config, requests: Ring, answers: Ring, table, slots, control, counters, *,
-                 recover: bool):
+                 recover: bool, lease_slot: int | None = None):
         super().__init__(slots, slot, control)
         self.config = config
         self.requests = requests
@@ -77,7 +86,13 @@ class PartitionWorker(ChildProcess):
         self._postponed_log = ThrottledLog(log)
         self.flusher = Flusher(counters)
         self._outbox = collections.deque()
-        self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer)
+        lease = (lambda: slots.lease(lease_slot)) if lease_slot is not None else (lambda: 0)
+        self.replication = ReplicaManager(config.brokerid, self.logs, self.publisher, config, self._queue_answer,
+                                          lambda **fields: self.control.send(Op.ISR_CHANGE, **fields), lease,
+                                          counters)
+        self.fetcher = None  # made in start(), with the event loop
+        self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer,
+                                      self.replication)
         self._timers = []  # the ones the configuration sets (a reload restarts them)
 
     # --- setup ------------------------------------------------------------------
@@ -156,7 +171,21 @@ class PartitionWorker(ChildProcess):
         self.watch(self.requests.data_fd, self._on_requests)
         self.watch(self.answers.space_fd, self._on_answer_space)
         self.watch(self.flusher.done_fd, self._on_flushed)
+        self.fetcher = ReplicaFetcher(self, self.config.brokerid, self.config, self.replication, self.publisher,
+                                      self.flusher, ThrottledLog(log), self._checkpoint_now)
+        self.replication.fetcher = self.fetcher
+        self.timers.every(REPLICATION_TICK_MS, self._replication_tick)
         return None
+
+    def control_handlers(self) -> dict:
+        return {Op.ROLES: self._on_roles}
+
+    def _on_roles(self, message: dict) -> None:
+        self.replication.apply_roles(message.get("partitions", ()))
+
+    def _replication_tick(self, now: int) -> None:
+        self.replication.tick(now)
+        self.fetcher.check_links(now)
 
     def ready_fields(self) -> dict:
         return {"slot": self.slot, "partitions": len(self.logs)}
@@ -165,6 +194,9 @@ class PartitionWorker(ChildProcess):
         return FULL_RING_RETRY_S if self._outbox else None
 
     def after_events(self) -> None:
+        woken = self.replication.take_woken()
+        for start in range(0, len(woken), WAKES_PER_RECORD):
+            self._queue_answer(messages.KIND_WAKE, messages.encode_wake(woken[start:start + WAKES_PER_RECORD]))
         self._send_answers()
 
     def finish(self) -> int:
@@ -255,6 +287,17 @@ class PartitionWorker(ChildProcess):
                 stored(partition_log.recovery_point)
                 for partition_log in self.logs.logs()}
 
+    def _checkpoint_now(self) -> None:
+        """Write the recovery points at once (a truncation lowered one): no restart may
+        trust a point above what the log now holds."""
+        points = self._recovery_points_now()
+        try:
+            write_checkpoint(self._checkpoint_path, points)
+        except OSError as exc:
+            log.error("writing the recovery points to %s failed: %s", self._checkpoint_path, exc)
+            return
+        self._checkpointed = points
+
     def _checkpoint(self, _now: int) -> None:
         """Hand the recovery points to the flusher threads for writing, if they moved."""
         if self.flusher.checkpoint_in_flight is not None:
@@ -274,6 +317,9 @@ class PartitionWorker(ChildProcess):
         config, _ = config_from_properties(properties)
         self.config = config
         self.handler.config = config
+        self.replication.config = config
+        if self.fetcher is not None:
+            self.fetcher.config = config
         self.logs.reconfigure(config.log_config_for)
         set_level(config.log_level)
         now = monotonic_ms()
@@ -288,6 +334,8 @@ class PartitionWorker(ChildProcess):
     def _stop_gracefully(self) -> None:
         """Handle what is queued, flush every log, answer, close. A failed flush keeps
         the exit code that says so."""
+        if self.fetcher is not None:
+            self.fetcher.close()
         self._drain_requests()
         for partition_log, error in self.flusher.wait_idle():
             if error is not None:

@@ -14,6 +14,7 @@ from mpbroker.registry.replication import PartitionState, parse_assignment, part
 from mpbroker.registry.topic_admin import PartitionInfo
 from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.helpers import broker_list, wait_for
+from tests.replication.cluster import produce as cluster_produce
 
 
 @pytest.fixture
@@ -25,6 +26,12 @@ def cluster(broker_factory, zk_connect):
     wait_for(lambda: sorted(read_brokers(client)) == [1, 2, 3], 20, what="three brokers registered")
     yield zk_connect, client, brokers
     close_client(client)
+
+
+def produce(port: int, topic: str, partition: int, payloads):
+    """A durability-2 produce's ack, or None if it was refused (e.g. the leader is not ready yet)."""
+    ack = cluster_produce(port, topic, partition, payloads)
+    return ack if ack.error == 0 else None
 
 
 def run(capsys, zk_connect, *args) -> tuple:
@@ -58,12 +65,19 @@ def test_create_list_and_describe(cluster, capsys):
     # The controller (in one of the brokers) elects the preferred replicas.
     wait_for(lambda: run(capsys, zk_connect, "describe", "--topic", "t")[1].count("leader_epoch: 0") == 6, 20,
              what="every partition led")
+    wait_for(lambda: run(capsys, zk_connect, "describe", "--topic", "t")[1].count("high_watermark: 0") == 6, 20,
+             what="every leader knows it leads")
     code, out, _ = run(capsys, zk_connect, "describe", "--topic", "t")
     lines = out.splitlines()
     assert code == 0 and len(lines) == 6
     replicas = ",".join(map(str, assignment[0]))
     assert lines[0] == (f"topic: t\tpartition: 0\tleader: {assignment[0][0]}\tleader_epoch: 0"
-                        f"\treplicas: {replicas}\tisr: {replicas}")
+                        f"\treplicas: {replicas}\tisr: {replicas}\thigh_watermark: 0")
+    # The high watermark is the leader's: after a replicated produce, its end.
+    leader_port = brokers[assignment[0][0] - 1].port
+    ack = wait_for(lambda: produce(leader_port, "t", 0, [b"one", b"two"]), 20, what="a replicated produce")
+    code, out, _ = run(capsys, zk_connect, "describe", "--topic", "t")
+    assert out.splitlines()[0].endswith(f"\thigh_watermark: {ack.next_offset}")
     code, out, _ = run(capsys, zk_connect, "describe", "--under-replicated")
     assert code == 0 and out == ""
 
@@ -103,6 +117,6 @@ def test_no_zookeeper_is_exit_3(capsys):
 def test_describe_shows_dashes_until_a_controller_wrote_a_state():
     lines = topics._describe_lines([PartitionInfo("t", 0, [2, 1], None),
                                     PartitionInfo("t", 1, [1, 2], PartitionState(-1, 4, (1,), 2))], False)
-    assert lines == ["topic: t\tpartition: 0\tleader: -\tleader_epoch: -\treplicas: 2,1\tisr: -",
-                     "topic: t\tpartition: 1\tleader: -\tleader_epoch: 4\treplicas: 1,2\tisr: 1"]
+    assert lines == ["topic: t\tpartition: 0\tleader: -\tleader_epoch: -\treplicas: 2,1\tisr: -\thigh_watermark: -",
+                     "topic: t\tpartition: 1\tleader: -\tleader_epoch: 4\treplicas: 1,2\tisr: 1\thigh_watermark: -"]
     assert topics._describe_lines([PartitionInfo("t", 0, [1], PartitionState(1, 0, (1,), 1))], True) == []

@@ -15,15 +15,21 @@ from mpbroker.ipc.messages import (
     KIND_DONE,
     KIND_PRODUCE,
     KIND_PRODUCE_BATCH,
+    KIND_REPLICA_POSITIONS,
+    KIND_WAKE,
     Mode,
     decode_ack,
     decode_close,
     decode_done,
     decode_fragment,
     decode_produce_batch,
+    decode_replica_positions,
+    decode_wake,
     encode_ack,
     encode_close,
     encode_done,
+    encode_replica_positions,
+    encode_wake,
     entry_bytes,
     entry_parts,
     produce_fragments,
@@ -47,10 +53,18 @@ def reassemble(fragments) -> bytes:
 
 
 def test_record_kinds_are_distinct_and_never_the_ring_padding_kind():
-    kinds = [KIND_PRODUCE, KIND_ACK, KIND_CLOSE, KIND_DONE, KIND_PRODUCE_BATCH]
+    kinds = [KIND_PRODUCE, KIND_ACK, KIND_CLOSE, KIND_DONE, KIND_PRODUCE_BATCH, KIND_REPLICA_POSITIONS, KIND_WAKE]
     assert len(set(kinds)) == len(kinds)
     assert KIND_PAD not in kinds
-    assert [int(mode) for mode in Mode] == [0, 1, 2]
+    assert [int(mode) for mode in Mode] == [0, 1, 2, 3]
+
+
+def test_replica_positions_and_wakes_round_trip():
+    positions = [(b"clicks", 3, 7, 12345), (b"t", 0, -1, 0)]
+    (body,) = encode_replica_positions(9, positions)
+    assert decode_replica_positions(memoryview(body)) == (9, [("clicks", 3, 7, 12345), ("t", 0, -1, 0)])
+    (body,) = encode_wake([("a.b", 2), ("c", 0)])
+    assert decode_wake(memoryview(body)) == [("a.b", 2), ("c", 0)]
 
 
 # --- fragments ----------------------------------------------------------------------

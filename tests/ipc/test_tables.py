@@ -131,6 +131,13 @@ states = st.builds(
     recovery_point=st.integers(-(2**63), 2**63 - 1),
     segment_count=st.integers(0, 2**32 - 1),
     partition=st.just(5),
+    role=st.sampled_from([0, 1, 2, 3]),
+    leader=st.integers(-1, 2**31),
+    leader_epoch=st.integers(-1, 2**40),
+    epoch_start=st.integers(0, 2**63 - 1),
+    high_watermark=st.integers(0, 2**63 - 1),
+    replica_count=st.integers(0, 2**31),
+    isr_slots=st.lists(st.integers(0, 2**31 - 1), max_size=pt.MAX_ISR).map(pt.isr_slots),
 )
 
 

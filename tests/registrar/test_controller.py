@@ -46,6 +46,12 @@ def states(client, topic: str, partitions: int) -> list:
     return result
 
 
+def next_round(controller) -> None:
+    """Run a controller round now (a topic gets first states from its second round on)."""
+    controller._next_round = 0
+    controller.step()
+
+
 def test_one_controller_first_states_and_failover(sessions):
     first, second, third = sessions(1), sessions(2), sessions(3)
     controllers = [Controller(client, broker_id) for broker_id, client in ((1, first), (2, second), (3, third))]
@@ -53,6 +59,8 @@ def test_one_controller_first_states_and_failover(sessions):
     for controller in controllers:
         controller.step()
     assert [controller.active for controller in controllers] == [True, False, False]
+    assert states(first, "t", 6) == [None] * 6  # the brokers learn the topic is replicated first
+    next_round(controllers[0])
     assert first.get(replication.CONTROLLER_EPOCH)[0] == b"1"
     assert json.loads(first.get(replication.CONTROLLER)[0])["brokerid"] == 1
     assert states(first, "t", 6) == [PartitionState(assignment[p][0], 0, tuple(assignment[p]), 1) for p in range(6)]
@@ -77,6 +85,7 @@ def test_a_stale_controller_cannot_overwrite_a_newer_state(sessions):
     topic_admin.create_topic(old_session, "t", 1, 2)
     old = Controller(old_session, 1)
     old.step()
+    next_round(old)
     assert old.active and old.epoch == 1
     # A newer controller took over meanwhile (the old one was paused past its session,
     # say): its /controller node and epoch 2, and a state it wrote.
@@ -92,7 +101,7 @@ def test_a_stale_controller_cannot_overwrite_a_newer_state(sessions):
     assert replication.parse_partition_state("t", 0, new_session.get(path)[0]) == newer
     # Even acting with its old epoch on a state of the newer controller, it resigns.
     old.epoch = 1
-    old._elect_partition("t", 0, [1, 2], {1})
+    old._elect_partition("t", 0, [1, 2], {1}, may_start=True)
     assert not old.active
     assert replication.parse_partition_state("t", 0, new_session.get(path)[0]) == newer
 
@@ -104,6 +113,7 @@ def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessi
     leader, follower = replication.parse_assignment("t", observer.get(layout.topic_path("t"))[0])[0]
     controller = Controller(observer, 9)
     controller.step()
+    next_round(controller)
     assert states(observer, "t", 1)[0] == PartitionState(leader, 0, (leader, follower), 1)
     close_client(by_id[follower])  # the follower dies first: the ISR shrinks to the leader
     wait_for(lambda: topic_admin.live_brokers(observer) == sorted([leader, 9]), 10, what="the follower gone")

@@ -1,0 +1,143 @@
+"""This broker's replica roles, read from ZooKeeper, and the ISR changes its leaders ask for
+(the broker side of Kafka 0.8's ``ReplicaManager``/``Partition`` ZooKeeper work).
+
+Every registrar step it reads the replicated topics' assignments and, for each
+partition with a replica on this broker, the state the controller (or the leader)
+wrote: this broker leads it, follows a leader (whose address comes from
+``/brokers/ids``), or the partition has no leader now ("offline"). What changed since
+the last step goes to the supervisor as one ``roles`` message, which hands each entry
+to the worker that owns the partition; the replicated topics and their partition
+counts go to the acceptor the same way. A partition this broker no longer replicates
+is sent as role ``none``.
+
+An ISR change (``request_isr``) is a leader's, relayed by the supervisor: it is written
+only if the state node still names this broker as leader with the same leader epoch,
+and conditionally on the version the leader acted under (Kafka 0.8's
+``updateIsr`` with its ``zkVersion``), so a leader that lost its leadership
+meanwhile, or raced with the controller, cannot overwrite a newer state. Either way
+the roles are read again at once, so the worker learns the outcome.
+
+Polling: a step costs one read per replicated topic plus one per hosted partition
+(a few hundred reads a second on a broker with a hundred partitions); watches would
+save most of them.
+"""
+
+import logging
+
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from mpbroker.registry import layout, replication
+from mpbroker.registry.layout import LayoutError
+from mpbroker.registry.topic_admin import topic_names
+
+log = logging.getLogger(__name__)
+
+
+class ReplicaRoles:
+    def __init__(self, client, broker_id: int, send):
+        self.client = client
+        self.broker_id = broker_id
+        self._send = send  # callable(**fields): a "roles" message to the supervisor
+        self._topics = None  # last sent: replicated topic -> partition count
+        self._entries = {}  # last sent: (topic, partition) -> entry
+
+    @property
+    def replicated_topics(self) -> dict:
+        """The replicated topics as last read (topic -> partition count)."""
+        return self._topics or {}
+
+    def forget(self) -> None:
+        """Send everything again at the next step (a new session may have missed changes)."""
+        self._topics = None
+        self._entries = {}
+
+    def step(self) -> None:
+        """Read the roles and send what changed. ZooKeeper errors propagate."""
+        topics, entries = self._read()
+        message = {}
+        if topics != self._topics:
+            message["topics"] = topics
+        changed = [entry for key, entry in entries.items() if self._entries.get(key) != entry]
+        changed += [{**entry, "role": "none"} for key, entry in self._entries.items() if key not in entries]
+        if changed:
+            message["partitions"] = changed
+        if message:
+            for start in range(0, max(len(changed), 1), 1000):  # a control message is at most 1 MiB
+                part = dict(message, partitions=changed[start:start + 1000]) if changed else message
+                self._send(**part)
+                message.pop("topics", None)
+        self._topics = topics
+        self._entries = entries
+
+    def _read(self) -> tuple:
+        topics = {}
+        entries = {}
+        addresses = {}
+        for topic in topic_names(self.client):
+            try:
+                value, _ = self.client.get(layout.topic_path(topic))
+                assignment = replication.parse_assignment(topic, value)
+            except (NoNodeError, LayoutError):
+                continue
+            if assignment is None:
+                continue
+            topics[topic] = len(assignment)
+            for partition, replicas in assignment.items():
+                if self.broker_id in replicas:
+                    entries[(topic, partition)] = self._entry(topic, partition, replicas, addresses)
+        return topics, entries
+
+    def _entry(self, topic: str, partition: int, replicas, addresses: dict) -> dict:
+        entry = {"topic": topic, "partition": partition, "role": "offline", "leader": replication.NO_LEADER,
+                 "host": "", "port": 0, "leader_epoch": -1, "isr": [], "replicas": list(replicas), "version": -1}
+        try:
+            value, stat = self.client.get(replication.partition_state_path(topic, partition))
+            state = replication.parse_partition_state(topic, partition, value)
+        except NoNodeError:
+            return entry
+        except LayoutError as exc:
+            log.error("%s; the partition stays offline here", exc)
+            return entry
+        entry.update(leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
+                     version=stat.version)
+        if state.leader == self.broker_id:
+            entry["role"] = "leader"
+        elif state.leader != replication.NO_LEADER:
+            address = addresses.get(state.leader)
+            if address is None:
+                address = addresses[state.leader] = self._address(state.leader)
+            if address is not None:
+                entry.update(role="follower", host=address[0], port=address[1])
+        return entry
+
+    def _address(self, broker_id: int):
+        try:
+            value, _ = self.client.get(layout.broker_path(broker_id))
+            info = layout.parse_broker(broker_id, value)
+        except (NoNodeError, LayoutError):
+            return None  # not registered (yet): offline here until it is
+        return info.host, info.port
+
+    def request_isr(self, message: dict) -> None:
+        """Write the ISR a leader asks for, if it is still the leader at that epoch and
+        the state is still the version it acted under. ZooKeeper errors propagate."""
+        topic, partition = message["topic"], message["partition"]
+        path = replication.partition_state_path(topic, partition)
+        try:
+            value, stat = self.client.get(path)
+            state = replication.parse_partition_state(topic, partition, value)
+        except (NoNodeError, LayoutError):
+            return
+        if (state.leader != self.broker_id or state.leader_epoch != message["leader_epoch"]
+                or stat.version != message["version"]):
+            self._entries.pop((topic, partition), None)  # make sure the worker hears the current state
+            return
+        isr = tuple(message["isr"])
+        new = state._replace(isr=isr)
+        try:
+            self.client.set(path, new.value(), version=stat.version)
+        except BadVersionError:
+            self._entries.pop((topic, partition), None)
+            return
+        log.info("%s-%d: ISR %s -> %s (leader epoch %d)", topic, partition, list(state.isr), list(isr),
+                 state.leader_epoch)

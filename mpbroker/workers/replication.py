@@ -1,0 +1,311 @@
+"""Replication in the worker that owns a partition: its role, the leader's high
+watermark and ISR, durability-2 acknowledgements, and what a follower does with the
+bytes it fetched (Kafka 0.8's ``Partition`` and ``ReplicaManager``, per worker).
+
+Roles come from the registrar (via the supervisor) as ``roles`` entries. A partition
+without an entry is unreplicated and keeps the 0.7 rules; one with an entry is:
+
+- **leader** (this broker, at a leader epoch): it records the epoch's start in the
+  log (``Log.assign_epoch``), takes produces while the registrar's ZooKeeper lease
+  holds (``SlotTable.lease``: never after the session may have expired), learns each
+  follower's log end from its fetches (``positions``: the acceptor relays them) and
+  advances the **high watermark** to the smallest log end of the ISR. Readers see
+  bytes below it (the acceptor reads it from the partition table); durability-2
+  produces are answered once it covers them. A follower more than
+  ``replica.lag.time.max.ms`` behind leaves the ISR, one that caught up with the high
+  watermark joins it again: the leader asks the registrar to write the ISR
+  (``isr_change``, conditional on the state's version) and uses the new ISR only once
+  it comes back in a ``roles`` entry, so an acknowledgement never counts on an ISR
+  ZooKeeper does not have (a controller elects only from ZooKeeper's ISR).
+- **follower**: ``replica_fetcher`` copies the leader's bytes; first it truncates the
+  log where it diverges from the leader's (the end of its latest epoch in the
+  leader's log, KIP-101/279), never to its own high watermark.
+- **offline**: a replica here, with no leader now: no produces, no reads.
+
+Produces to a partition not led here are refused with NOT_LEADER (a fire-and-forget
+one closes its connection), durability 2 with an ISR smaller than
+``min.insync.replicas`` with NOT_ENOUGH_REPLICAS, before anything is appended.
+"""
+
+import logging
+from typing import NamedTuple
+
+from mpbroker.clock import monotonic_ms
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.ipc import counters, messages
+from mpbroker.ipc.messages import Mode
+from mpbroker.ipc.partition_table import Role, isr_slots
+
+log = logging.getLogger(__name__)
+
+ISR_REQUEST_RETRY_MS = 5000  # ask for an ISR change again if the registrar has not answered by then
+
+
+class Waiter(NamedTuple):
+    next_offset: int
+    request_id: int
+    partition: int
+    offset: int
+
+
+class FollowerPosition:
+    __slots__ = ("log_end", "caught_up_ms", "leader_end_at_fetch", "fetch_ms")
+
+    def __init__(self, now_ms: int):
+        self.log_end = -1  # not known until it fetches
+        self.caught_up_ms = now_ms  # a new leader gives every follower a full lag time
+        self.leader_end_at_fetch = 0
+        self.fetch_ms = now_ms
+
+
+class Replica:
+    """One replicated partition's state on this broker."""
+
+    def __init__(self, partition_log):
+        self.log = partition_log
+        self.topic = partition_log.topic
+        self.partition = partition_log.partition
+        self.role = Role.OFFLINE
+        self.leader = -1
+        self.leader_epoch = -1
+        self.epoch_start = 0
+        self.isr = ()
+        self.replicas = ()
+        self.version = -1  # the state node's version the role was read at
+        self.address = None  # the leader's (host, port) while following
+        self.high_watermark = 0
+        self.followers = {}  # broker id -> FollowerPosition (leader only)
+        self.waiters = []  # durability-2 produces waiting for the high watermark (leader only)
+        self.isr_requested_ms = None  # an ISR change was asked for at this time, not yet seen
+        self.needs_truncation = False  # follower: ask the leader where our epoch ended first
+
+    def table_fields(self) -> tuple:
+        """role, leader, leader_epoch, epoch_start, high_watermark, replica count, isr slots."""
+        return (self.role, self.leader, self.leader_epoch, self.epoch_start, self.high_watermark,
+                len(self.replicas), isr_slots(self.isr))
+
+
+class ReplicaManager:
+    def __init__(self, broker_id: int, logs, publisher, config, answer, request_isr, lease, counter_row=None):
+        self.broker_id = broker_id
+        self._counters = counter_row  # the worker's CounterTable row: ISR shrinks and expands
+        self._logs = logs
+        self._publisher = publisher
+        self.config = config  # replaced on reload
+        self._answer = answer  # callable(kind, parts): a record for the acceptor
+        self._request_isr = request_isr  # callable(**fields): an isr_change to the supervisor
+        self._lease = lease  # callable() -> monotonic ms until which the ZooKeeper session holds
+        self.replicas = {}  # (topic, partition) -> Replica
+        self.by_log = publisher.replicas  # Log -> Replica: the publisher writes their fields
+        self._woken = set()  # (topic, partition) whose log end or high watermark moved
+        self.fetcher = None  # the ReplicaFetcher (set by the worker)
+
+    # --- roles ---------------------------------------------------------------------
+
+    def apply_roles(self, entries) -> None:
+        for entry in entries:
+            key = (entry["topic"], entry["partition"])
+            replica = self.replicas.get(key)
+            if entry["role"] == "none":
+                if replica is not None:
+                    self._stop_leading(replica, "no longer a replica here")
+                    self._set_role(replica, Role.OFFLINE)
+                continue
+            if replica is None:
+                partition_log = self._logs.get(*key)
+                if partition_log is None:
+                    partition_log = self._logs.get_or_create(*key)
+                    self._publisher.add(partition_log)
+                replica = self.replicas[key] = Replica(partition_log)
+                self.by_log[partition_log] = replica
+                replica.high_watermark = 0
+            self._apply(replica, entry)
+
+    def _apply(self, replica: Replica, entry: dict) -> None:
+        epoch = entry["leader_epoch"]
+        if epoch < replica.leader_epoch:
+            return  # older than what we act under (a late message)
+        replica.replicas = tuple(entry["replicas"])
+        role = entry["role"]
+        new_epoch = epoch != replica.leader_epoch
+        if role == "leader" and replica.role == Role.LEADER and set(entry["isr"]) != set(replica.isr):
+            self._count_isr_change(replica.isr, entry["isr"])
+        if role == "leader":
+            if new_epoch or replica.role != Role.LEADER:
+                self._become_leader(replica, epoch, tuple(entry["isr"]))
+            elif tuple(entry["isr"]) != replica.isr:
+                log.info("%s-%d: ISR %s -> %s", replica.topic, replica.partition, list(replica.isr), entry["isr"])
+                replica.isr = tuple(entry["isr"])
+            replica.isr_requested_ms = None
+            replica.version = entry["version"]
+            self._advance_high_watermark(replica)
+        elif role == "follower":
+            address = (entry["host"], entry["port"])
+            if new_epoch or replica.role != Role.FOLLOWER or address != replica.address:
+                self._become_follower(replica, epoch, entry["leader"], address)
+            replica.isr = tuple(entry["isr"])
+            replica.version = entry["version"]
+        else:
+            self._stop_leading(replica, "the partition has no leader")
+            replica.leader_epoch = epoch
+            replica.leader = -1
+            replica.isr = tuple(entry["isr"])
+            replica.version = entry["version"]
+            self._set_role(replica, Role.OFFLINE)
+        self._publisher.publish(replica.log)
+
+    def _count_isr_change(self, before, after) -> None:
+        if self._counters is not None:
+            self._counters[counters.ISR_SHRINKS if set(before) - set(after) else counters.ISR_EXPANDS] += 1
+
+    def _become_leader(self, replica: Replica, epoch: int, isr: tuple) -> None:
+        partition_log = replica.log
+        if self.fetcher is not None:
+            self.fetcher.remove(replica)
+        partition_log.assign_epoch(epoch)  # durable before any set is appended under it
+        replica.leader_epoch = epoch
+        replica.epoch_start = partition_log.leader_epochs.latest.start_offset
+        replica.leader = self.broker_id
+        replica.isr = isr
+        now = monotonic_ms()
+        replica.followers = {broker: FollowerPosition(now) for broker in replica.replicas if broker != self.broker_id}
+        replica.high_watermark = min(replica.high_watermark, partition_log.log_end)
+        replica.address = None
+        self._set_role(replica, Role.LEADER)
+        log.info("%s-%d: leader at epoch %d from offset %d, ISR %s", replica.topic, replica.partition, epoch,
+                 replica.epoch_start, list(isr))
+
+    def _become_follower(self, replica: Replica, epoch: int, leader: int, address: tuple) -> None:
+        self._stop_leading(replica, f"broker {leader} leads it now")
+        replica.leader_epoch = epoch
+        replica.leader = leader
+        replica.address = address
+        replica.followers = {}
+        replica.needs_truncation = True
+        self._set_role(replica, Role.FOLLOWER)
+        if self.fetcher is not None:
+            self.fetcher.follow(replica)
+        log.info("%s-%d: following broker %d (%s:%d) at epoch %d", replica.topic, replica.partition, leader,
+                 *address, epoch)
+
+    def _stop_leading(self, replica: Replica, why: str) -> None:
+        waiters, replica.waiters = replica.waiters, []
+        for waiter in waiters:
+            self._answer(messages.KIND_ACK, messages.encode_ack(
+                waiter.request_id, ErrorCode.NOT_LEADER, waiter.partition, -1, -1,
+                f"{replica.topic}-{replica.partition}: {why}"))
+        if self.fetcher is not None and replica.role == Role.FOLLOWER:
+            self.fetcher.remove(replica)
+
+    def _set_role(self, replica: Replica, role: int) -> None:
+        replica.role = role
+        self._woken.add((replica.topic, replica.partition))  # waiting fetches learn it at once
+
+    # --- produces ----------------------------------------------------------------
+
+    def get(self, topic: str, partition: int):
+        return self.replicas.get((topic, partition))
+
+    def refusal(self, replica: Replica, mode: int):
+        """``(error code, reason)`` if a produce in ``mode`` may not be appended, else None."""
+        if replica.role != Role.LEADER:
+            return ErrorCode.NOT_LEADER, f"{replica.topic}-{replica.partition}: this broker does not lead it"
+        if monotonic_ms() >= self._lease():
+            return ErrorCode.NOT_LEADER, (f"{replica.topic}-{replica.partition}: no ZooKeeper lease (the session "
+                                          f"may have expired): not taking produces")
+        if mode == Mode.ACK_REPLICATED and len(replica.isr) < self.config.min_insync_replicas:
+            return ErrorCode.NOT_ENOUGH_REPLICAS, (f"{replica.topic}-{replica.partition}: ISR {list(replica.isr)} "
+                                                   f"is smaller than min.insync.replicas "
+                                                   f"({self.config.min_insync_replicas})")
+        return None
+
+    def wait_for_replicas(self, replica: Replica, request_id: int, partition: int, offset: int,
+                          next_offset: int) -> None:
+        replica.waiters.append(Waiter(next_offset, request_id, partition, offset))
+
+    def appended(self, replica: Replica) -> None:
+        """Sets were appended to a led partition: followers waiting for them are woken,
+        and an ISR of the leader alone moves the high watermark at once."""
+        self._woken.add((replica.topic, replica.partition))
+        self._advance_high_watermark(replica)
+
+    # --- the leader's view of its followers ----------------------------------------
+
+    def positions(self, follower: int, positions) -> None:
+        """A follower's fetch reached the leader: its log end per partition."""
+        now = monotonic_ms()
+        for topic, partition, leader_epoch, offset in positions:
+            replica = self.replicas.get((topic, partition))
+            if replica is None or replica.role != Role.LEADER or leader_epoch != replica.leader_epoch:
+                continue
+            position = replica.followers.get(follower)
+            if position is None:
+                continue  # not an assigned replica
+            leader_end = replica.log.log_end
+            if offset >= leader_end:
+                position.caught_up_ms = now
+            elif offset >= position.leader_end_at_fetch:
+                position.caught_up_ms = position.fetch_ms
+            position.leader_end_at_fetch = leader_end
+            position.fetch_ms = now
+            position.log_end = offset
+            if (follower not in replica.isr and offset >= replica.high_watermark and offset >= replica.epoch_start
+                    and replica.isr_requested_ms is None):
+                self._ask_isr(replica, (*replica.isr, follower), now)
+            self._advance_high_watermark(replica)
+
+    def _advance_high_watermark(self, replica: Replica) -> None:
+        if replica.role != Role.LEADER:
+            return
+        end = replica.log.log_end
+        for broker in replica.isr:
+            if broker != self.broker_id:
+                position = replica.followers.get(broker)
+                known = position.log_end if position is not None else -1
+                if known < end:
+                    end = known
+        if end > replica.high_watermark:
+            replica.high_watermark = end
+            self._woken.add((replica.topic, replica.partition))
+            self._publisher.publish(replica.log)
+        self._answer_waiters(replica)
+
+    def _answer_waiters(self, replica: Replica) -> None:
+        if not replica.waiters or monotonic_ms() >= self._lease():
+            return  # no acknowledgement without the lease: tick() tries again
+        high_watermark = replica.high_watermark
+        remaining = []
+        for waiter in replica.waiters:
+            if waiter.next_offset <= high_watermark:
+                self._answer(messages.KIND_ACK, messages.encode_ack(waiter.request_id, ErrorCode.NO_ERROR,
+                                                                    waiter.partition, waiter.offset,
+                                                                    waiter.next_offset))
+            else:
+                remaining.append(waiter)
+        replica.waiters = remaining
+
+    def tick(self, now: int) -> None:
+        """Shrink the ISRs of lagging followers; answer waiters the lease held back."""
+        lag_ms = self.config.replica_lag_time_max_ms
+        for replica in self.replicas.values():
+            if replica.role != Role.LEADER:
+                continue
+            if replica.isr_requested_ms is not None and now - replica.isr_requested_ms > ISR_REQUEST_RETRY_MS:
+                replica.isr_requested_ms = None  # unanswered: decide again
+            if replica.isr_requested_ms is None:
+                lagging = [broker for broker in replica.isr if broker != self.broker_id
+                           and now - replica.followers.get(broker, FollowerPosition(0)).caught_up_ms > lag_ms]
+                if lagging:
+                    log.warning("%s-%d: followers %s are more than %d ms behind (replica.lag.time.max.ms): "
+                                "leaving the ISR", replica.topic, replica.partition, lagging, lag_ms)
+                    self._ask_isr(replica, tuple(b for b in replica.isr if b not in lagging), now)
+            self._answer_waiters(replica)
+
+    def _ask_isr(self, replica: Replica, isr: tuple, now: int) -> None:
+        replica.isr_requested_ms = now
+        self._request_isr(topic=replica.topic, partition=replica.partition, leader_epoch=replica.leader_epoch,
+                          isr=list(isr), version=replica.version)
+
+    def take_woken(self) -> list:
+        woken, self._woken = self._woken, set()
+        return list(woken)
