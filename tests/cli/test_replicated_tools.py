@@ -23,7 +23,7 @@ def cluster(broker_factory, zk_connect):
 
 
 def test_console_tools_on_a_replicated_topic(cluster, capsys):
-    cluster.create("r", 2, 2)
+    assignment = cluster.create("r", 2, 2)
     lines = b"".join(b"k%d\tline-%d\n" % (n, n) for n in range(8))
     code = console_producer.main(["--zookeeper", cluster.zk_connect, "--topic", "r", "--acks", "replicated",
                                   "--sync", "--key-separator", "\t"], stdin=io.BytesIO(lines))
@@ -33,10 +33,9 @@ def test_console_tools_on_a_replicated_topic(cluster, capsys):
         stored = {p: [m.payload for m in consumer.messages("r", p, 0)] for p in (0, 1)}
         ends = {p: consumer.latest_offset("r", p) for p in (0, 1)}
     assert sorted(stored[0] + stored[1]) == sorted(b"line-%d" % n for n in range(8))
-    for partition in (0, 1):  # on the leader only
-        leader = cluster.leader("r", partition)
-        assert cluster.has_log(leader, "r", partition) == bool(stored[partition])
-        assert not any(cluster.has_log(b, "r", partition) for b in cluster.brokers if b != leader)
+    for partition in (0, 1):  # on the leader (and its follower): on no broker outside the assignment
+        assert cluster.has_log(cluster.leader("r", partition), "r", partition) == bool(stored[partition])
+        assert not any(cluster.has_log(b, "r", partition) for b in cluster.brokers if b not in assignment[partition])
 
     out = io.BytesIO()
     code = console_consumer.main(["--zookeeper", cluster.zk_connect, "--topic", "r", "--from-beginning",

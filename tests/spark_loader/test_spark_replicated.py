@@ -26,7 +26,7 @@ def cluster(broker_factory, zk_connect):
 def produce(cluster, topic: str, count: int) -> dict:
     """{partition: [payload, ...]} sent, keyed over the partitions, flushed."""
     sent = {}
-    with Producer(zk_connect=cluster.zk_connect, acks="flush") as producer:
+    with Producer(zk_connect=cluster.zk_connect, acks="replicated") as producer:
         for n in range(count):
             (result,) = producer.send(topic, [b"%s-%d" % (topic.encode(), n)], key=b"%d" % n)
             sent.setdefault(result.partition, []).append(b"%s-%d" % (topic.encode(), n))

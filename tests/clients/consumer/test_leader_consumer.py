@@ -26,7 +26,7 @@ def cluster(broker_factory, zk_connect):
 def test_reads_come_from_the_leaders_and_follow_a_new_one(cluster):
     cluster.create("r", 2, 2)
     sent = {0: [], 1: []}
-    with Producer(zk_connect=cluster.zk_connect, acks="flush") as producer:
+    with Producer(zk_connect=cluster.zk_connect, acks="replicated") as producer:
         for key in range(8):
             (result,) = producer.send("r", [b"m%d" % key], key=b"%d" % key)
             sent[result.partition].append(b"m%d" % key)
@@ -40,10 +40,11 @@ def test_reads_come_from_the_leaders_and_follow_a_new_one(cluster):
         old = cluster.leader("r", 0)
         cluster.brokers[old].kill_tree()
         # Asked while the dead leader is still registered: refused connections, then the
-        # controller's new leader (which has no copy of the data until replication lands).
+        # controller's new leader, which has every acknowledged message (acks=replicated).
         assert consumer.earliest_offset("r", 0) == 0
         new = cluster.leader("r", 0)
         assert new != old and consumer.consumer_for("r", 0).port == cluster.brokers[new].port
+        assert [m.payload for m in consumer.messages("r", 0, 0)] == sent[0]
         with pytest.raises(LeaderNotAvailableError, match="not a replicated topic"):
             consumer.partition_count("nothing")
 

@@ -47,7 +47,7 @@ def take(stream, count: int, timeout: float = 20.0) -> list:
 def test_members_share_the_partitions_of_a_replicated_topic(cluster):
     cluster.create("r", 4, 2)
     sent = set()
-    with Producer(zk_connect=cluster.zk_connect, acks="flush") as producer:
+    with Producer(zk_connect=cluster.zk_connect, acks="replicated") as producer:
         for key in range(12):
             producer.send("r", [b"m%d" % key], key=b"%d" % key)
             sent.add(b"m%d" % key)
@@ -95,7 +95,7 @@ def test_members_share_the_partitions_of_a_replicated_topic(cluster):
 
 def test_a_group_follows_a_new_leader(cluster):
     cluster.create("r", 1, 2)
-    with Producer(zk_connect=cluster.zk_connect, acks="flush", num_retries=60, retry_backoff_ms=200) as producer:
+    with Producer(zk_connect=cluster.zk_connect, acks="replicated", num_retries=60, retry_backoff_ms=200) as producer:
         producer.send("r", [b"before"])
         connector = ConsumerConnector({"zk.connect": cluster.zk_connect, "groupid": "g"}, **FAST)
         try:
@@ -103,9 +103,8 @@ def test_a_group_follows_a_new_leader(cluster):
             assert [m.payload for m in take(stream, 1)] == [b"before"]
             cluster.kill_leader("r", 0)
             producer.send("r", [b"after"])  # to the new leader
-            # The fetcher follows the leadership. (Until the brokers replicate, the new leader
-            # has only "after", at offset 0: the group's offset is past its log end, and
-            # autooffset.reset=smallest starts there.)
+            # The fetcher follows the leadership: "before" reached both replicas (acks=replicated),
+            # so the group goes on after it, at the new leader.
             assert [m.payload for m in take(stream, 1)] == [b"after"]
             assert connector.owned_partitions() == {"r": [(0,)]}
         finally:

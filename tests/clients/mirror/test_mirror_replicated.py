@@ -32,7 +32,7 @@ def test_a_replicated_topic_is_mirrored_partition_by_partition(two_clusters):
     source, target = two_clusters
     source.create("r", 2, 2)
     target.create("r", 2, 1)
-    with Producer(zk_connect=source.zk_connect, acks="flush") as producer:
+    with Producer(zk_connect=source.zk_connect, acks="replicated") as producer:
         for key in range(10):
             producer.send("r", [b"m%d" % key], key=b"%d" % key)
     sent = read(source, "r", 2)

@@ -1,12 +1,12 @@
 """The producer and replicated topics: partitions 0..N-1 of the assignment, each set sent
-to its partition's leader (three real brokers, their controller's leaders, the data in
-the leaders' logs only); a leader killed with SIGKILL and the producer following the
+to its partition's leader (three real brokers, their controller's leaders, the data on
+the partition's replicas only); a leader killed with SIGKILL and the producer following the
 controller's new leader; NOT_LEADER answered once (a real TCP server standing in for a
 broker that lost the leadership); request.required.acks and its mapping to the wire."""
 
 import pytest
 
-from mpbroker.clients import Producer
+from mpbroker.clients import Producer, SimpleConsumer
 from mpbroker.clients.core.errors import LeaderNotAvailableError
 from mpbroker.clients.core.settings import ProducerSettings
 from mpbroker.codec import requests as rq
@@ -14,6 +14,7 @@ from mpbroker.codec.errors import NotLeaderError
 from mpbroker.codec.requests import Durability
 from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.fake_leader import FakeBroker, ack, not_leader, replicated_topic, set_leader, wait_registered
+from tests.clients.helpers import HOST, broker_list
 from tests.clients.replicated import Cluster
 
 
@@ -32,7 +33,7 @@ def zk(zk_connect):
 
 
 def test_each_partition_goes_to_its_leader(cluster):
-    cluster.create("r", 3, 2)
+    assignment = cluster.create("r", 3, 2)
     with Producer(zk_connect=cluster.zk_connect, request_required_acks=-1) as producer:
         assert producer.settings.acks == "replicated"
         assert [p.partition for p in producer.partitions_for("r")] == [0, 1, 2]  # not per broker
@@ -43,10 +44,10 @@ def test_each_partition_goes_to_its_leader(cluster):
     assert partitions == {0, 1, 2}
     for result in results:
         assert result.broker_id == cluster.leader("r", result.partition) and result.offset is not None
-    for partition in range(3):
-        leader = cluster.leader("r", partition)
-        assert cluster.has_log(leader, "r", partition)
-        assert not any(cluster.has_log(other, "r", partition) for other in cluster.brokers if other != leader)
+    for partition in range(3):  # on its leader (and, once the brokers replicate, its follower): not elsewhere
+        assert cluster.has_log(cluster.leader("r", partition), "r", partition)
+        assert not any(cluster.has_log(other, "r", partition) for other in cluster.brokers
+                       if other not in assignment[partition])
 
 
 def test_the_producer_follows_a_new_leader(cluster):
@@ -62,6 +63,20 @@ def test_the_producer_follows_a_new_leader(cluster):
     new = cluster.leader("r", 0)
     assert second.broker_id == new != old and producer.stats.retries >= 1
     assert cluster.has_log(new, "r", 0)
+
+
+def test_a_replica_that_does_not_lead_answers_not_leader(cluster):
+    """What the client-side routing avoids, asked of a real follower directly: error 9,
+    raised as NotLeaderError by the producer and the SimpleConsumer."""
+    assignment = cluster.create("r", 1, 2)
+    follower = cluster.brokers[assignment[0][1]]
+    with Producer(broker_list=broker_list(follower), acks="append", partitioner_class=lambda key, n: 0,
+                  num_retries=0) as producer:
+        with pytest.raises(NotLeaderError, match="produce to r-0"):
+            producer.send("r", [b"x"])
+    with SimpleConsumer(HOST, follower.port) as consumer:
+        with pytest.raises(NotLeaderError):
+            consumer.fetch("r", 0, 0)
 
 
 def test_no_leader_after_the_retries(zk, zk_connect):
