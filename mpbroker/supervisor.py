@@ -244,10 +244,9 @@ class Supervisor:
     def _on_registrar_message(self, op: str, message: dict) -> None:
         if op == Op.ROLES:
             topics_changed, by_slot = self.roles.apply(message)
-            for slot, entries in by_slot.items():
-                if self.workers[slot].ready:
-                    for chunk in chunks(entries):
-                        self.workers[slot].channel.send(Op.ROLES, partitions=chunk)
+            for worker in self.workers:  # every worker: each must know the message's number
+                if worker.ready:
+                    self._send_roles(worker, by_slot.get(worker.slot, []), "seq" in message)
             if topics_changed and self.acceptor.ready:
                 self.acceptor.channel.send(Op.ROLES, topics=self.roles.topics)
         elif op == Op.ZK_STATE:
@@ -278,12 +277,21 @@ class Supervisor:
                 self._on_first_accepting()
             return
         log.info("%s is up", child.name)
-        for chunk in chunks(self.roles.for_worker(child.slot)):
-            child.channel.send(Op.ROLES, partitions=chunk)
+        self._send_roles(child, self.roles.for_worker(child.slot), True)
         if self.acceptor.alive:
             self.acceptor.channel.send(Op.WORKER_UP, slot=child.slot)
         elif self.phase == RUNNING and self.acceptor.generation == 0 and all(w.ready for w in self.workers):
             self._spawn(self.acceptor)  # the first start: every worker has opened its logs
+
+    def _send_roles(self, worker: Child, entries: list, complete: bool) -> None:
+        """Hand a worker its replica roles; the last part carries the number of the
+        registrar's last complete message (the worker's leaders act only once applied)."""
+        parts = chunks(entries) or [[]]
+        for index, part in enumerate(parts):
+            fields = {"partitions": part}
+            if complete and index == len(parts) - 1:
+                fields["seq"] = self.roles.seq
+            worker.channel.send(Op.ROLES, **fields)
 
     def _on_first_accepting(self) -> None:
         if self.registrar is not None and self.registrar.alive and self.registrar_checked:

@@ -27,7 +27,7 @@ from mpbroker.ownership import owner_slot
 from mpbroker.segments.leader_epochs import UNDEFINED
 
 MAX_WAIT_MS = 5000  # a follower may ask to wait at most this long
-POSITIONS_PER_RECORD = 4096
+MAX_ANSWER_BYTES = 1 << 30  # the bytes of all parts of one answer together (its size is an int32)
 
 
 class Parked:
@@ -51,8 +51,7 @@ class ReplicaRequests:
         self._parked = collections.defaultdict(list)  # (topic, partition) -> [Parked]
 
     def fetch(self, connection, request) -> None:
-        self._report_positions(request)
-        parts, has_data, seen = self._read(request)
+        parts, has_data, seen = self._read(request, report=True)
         if has_data or request.max_wait_ms <= 0 or not request.parts:
             connection.respond(parts, len(request.parts))
             return
@@ -89,37 +88,54 @@ class ReplicaRequests:
 
     # --- parts ------------------------------------------------------------------------
 
-    def _report_positions(self, request) -> None:
+    def _report_positions(self, replica_id: int, positions: list) -> None:
+        """Hand the follower's log ends to the owning workers, in records that fit their rings."""
         by_slot = {}
         routes = self._router.routes
-        for part in request.parts:
-            if not part.topic.isascii():
-                continue
-            slot = owner_slot(part.topic, part.partition, len(routes))
-            by_slot.setdefault(slot, []).append((part.topic.encode("ascii"), part.partition, part.leader_epoch,
-                                                 part.offset))
-        for slot, positions in by_slot.items():
-            for start in range(0, len(positions), POSITIONS_PER_RECORD):
-                self._router.notify(routes[slot], messages.KIND_REPLICA_POSITIONS,
-                                    messages.encode_replica_positions(request.replica_id,
-                                                                      positions[start:start + POSITIONS_PER_RECORD]))
+        for topic, partition, leader_epoch, offset in positions:
+            slot = owner_slot(topic, partition, len(routes))
+            by_slot.setdefault(slot, []).append((topic.encode("ascii"), partition, leader_epoch, offset))
+        for slot, found in by_slot.items():
+            route = routes[slot]
+            limit = route.requests.max_record_body - messages.POSITIONS_HEAD_BYTES
+            batch, size = [], 0
+            for position in found:
+                entry_size = messages.position_bytes(position[0])
+                if batch and (size + entry_size > limit or len(batch) == messages.MAX_POSITIONS):
+                    self._router.notify(route, messages.KIND_REPLICA_POSITIONS,
+                                        messages.encode_replica_positions(replica_id, batch))
+                    batch, size = [], 0
+                batch.append(position)
+                size += entry_size
+            if batch:
+                self._router.notify(route, messages.KIND_REPLICA_POSITIONS,
+                                    messages.encode_replica_positions(replica_id, batch))
 
-    def _read(self, request) -> tuple:
-        """``(answer parts, any bytes or error?, {(topic, partition): what was seen})``."""
+    def _read(self, request, report: bool = False) -> tuple:
+        """``(answer parts, any bytes or error?, {(topic, partition): what was seen})``;
+        with ``report``, the positions of the parts led here go to their workers."""
         results = []
         has_data = False
         seen = {}
+        positions = []
+        room = MAX_ANSWER_BYTES  # for all parts' bytes: an answer's size is an int32
         for part in request.parts:
             error, view, state = self._files.leader_state(part.topic, part.partition, part.leader_epoch)
             if error:
                 results.append((error, -1, -1, -1, UNDEFINED, None))
                 has_data = True  # an error is news: the follower acts on it at once
                 continue
-            error, epoch, found = self._files.replica_fetch(view, state, part.offset, max(part.max_size, 0))
+            positions.append((part.topic, part.partition, part.leader_epoch, part.offset))
+            max_size = min(max(part.max_size, 0), room)
+            error, epoch, found = self._files.replica_fetch(view, state, part.offset, max_size)
+            if found is not None:
+                room -= found.length
             if error or found is not None:
                 has_data = True
             seen[(part.topic, part.partition)] = state.log_end
             results.append((error, state.high_watermark, state.log_start, state.log_end, epoch, found))
+        if report and positions:
+            self._report_positions(request.replica_id, positions)
         parts = [responses.replica_fetch_header([found.length if found else 0 for *_, found in results])]
         for error, high_watermark, log_start, log_end, epoch, found in results:
             parts.append(responses.replica_part_header(error, high_watermark, log_start, log_end, epoch,

@@ -79,14 +79,25 @@ class _PartitionView:
         self.epochs = None  # (leader epoch, LeaderEpochs read while it was current)
 
     def refresh(self, state) -> None:
-        """Re-list the segment files if the worker changed the segment list."""
+        """Re-list the segment files if the worker changed the segment list. A cached
+        file whose name now holds another file (a replica's truncation deleted the
+        segment and a later roll made one at the same base) is let go too."""
         if state.segments_version == self.version:
             return
         bases = [base for base in list_segment_bases(self.directory) if base >= state.log_start]
-        for base in [base for base in self.files if base < state.log_start or base not in bases]:
+        for base in [base for base in self.files if base < state.log_start or base not in bases
+                     or not self._same_file(base)]:
             self.files.pop(base).retire()
         self.bases = bases
         self.version = state.segments_version
+
+    def _same_file(self, base: int) -> bool:
+        try:
+            named = os.stat(os.path.join(self.directory, segment_file_name(base)))
+            held = os.fstat(self.files[base].fd)
+        except OSError:
+            return False
+        return (named.st_ino, named.st_dev) == (held.st_ino, held.st_dev)
 
     def file(self, index: int) -> SegmentFile:
         """The open file of the ``index``-th listed segment (``locate``'s ``file_at``)."""

@@ -51,6 +51,19 @@ _POSITIONS_HEAD = struct.Struct("<iH")  # follower id, count
 _POSITION = struct.Struct("<iiqH")  # partition, leader epoch, offset, topic length
 _WAKE_HEAD = struct.Struct("<H")  # count
 _WAKE = struct.Struct("<iH")  # partition, topic length
+POSITIONS_HEAD_BYTES = _POSITIONS_HEAD.size
+WAKE_HEAD_BYTES = _WAKE_HEAD.size
+MAX_POSITIONS = MAX_WAKES = 65535  # per record (the count is a u16)
+
+
+def position_bytes(topic_bytes: bytes) -> int:
+    """What one position adds to a KIND_REPLICA_POSITIONS record."""
+    return _POSITION.size + len(topic_bytes)
+
+
+def wake_bytes(topic: str) -> int:
+    """What one partition adds to a KIND_WAKE record."""
+    return _WAKE.size + len(topic)
 
 
 class ProduceFragment(NamedTuple):

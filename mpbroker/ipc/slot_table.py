@@ -13,9 +13,10 @@ import mmap
 from enum import IntEnum
 from typing import NamedTuple
 
-_SLOT_WORDS = 8  # 64 bytes per slot: pid, state, generation, restarts, started_ms, heartbeat_ms, lease, 1 spare
+_SLOT_WORDS = 8  # 64 bytes per slot: pid, state, generation, restarts, started_ms, heartbeat_ms, lease, roles seq
 _HEARTBEAT = 5
 _LEASE = 6
+_ROLES_SEQ = 7
 _STATE = 1
 
 
@@ -71,3 +72,11 @@ class SlotTable:
 
     def lease(self, slot: int) -> int:
         return self._words[slot * _SLOT_WORDS + _LEASE]
+
+    def set_roles_seq(self, slot: int, seq: int) -> None:
+        """The registrar in ``slot`` is about to send the ``roles`` message ``seq``: a
+        worker that has not applied it yet takes no produce (its role may be stale)."""
+        self._words[slot * _SLOT_WORDS + _ROLES_SEQ] = seq
+
+    def roles_seq(self, slot: int) -> int:
+        return self._words[slot * _SLOT_WORDS + _ROLES_SEQ]

@@ -203,7 +203,8 @@ class Registrar(ChildProcess):
         self.controller = Controller(self.client, self.config.brokerid,
                                      unclean=self.config.unclean_leader_election_enable)
         self.roles = ReplicaRoles(self.client, self.config.brokerid,
-                                  lambda **fields: self.channel.send(Op.ROLES, **fields))
+                                  lambda **fields: self.channel.send(Op.ROLES, **fields),
+                                  lambda seq: self.slots.set_roles_seq(self.slot, seq))
 
     def _replace_client_kept_away(self) -> None:
         now = time.monotonic()

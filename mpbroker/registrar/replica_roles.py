@@ -26,6 +26,7 @@ import logging
 
 from kazoo.exceptions import BadVersionError, NoNodeError
 
+from mpbroker.clock import monotonic_ms
 from mpbroker.registry import layout, replication
 from mpbroker.registry.layout import LayoutError
 from mpbroker.registry.topic_admin import topic_names
@@ -34,10 +35,12 @@ log = logging.getLogger(__name__)
 
 
 class ReplicaRoles:
-    def __init__(self, client, broker_id: int, send):
+    def __init__(self, client, broker_id: int, send, announce=lambda seq: None):
         self.client = client
         self.broker_id = broker_id
         self._send = send  # callable(**fields): a "roles" message to the supervisor
+        self._announce = announce  # callable(seq): publish the number of the roles message about to go
+        self._seq = 0
         self._topics = None  # last sent: replicated topic -> partition count
         self._entries = {}  # last sent: (topic, partition) -> entry
 
@@ -62,8 +65,16 @@ class ReplicaRoles:
         if changed:
             message["partitions"] = changed
         if message:
-            for start in range(0, max(len(changed), 1), 1000):  # a control message is at most 1 MiB
-                part = dict(message, partitions=changed[start:start + 1000]) if changed else message
+            # Numbered on the monotonic clock (it grows across registrar lives), announced
+            # in shared memory before it goes: no leader acts on a role it may have lost
+            # until the message is applied (``SlotTable.set_roles_seq``).
+            self._seq = max(self._seq + 1, monotonic_ms())
+            self._announce(self._seq)
+            chunks = [changed[start:start + 1000] for start in range(0, len(changed), 1000)] or [[]]
+            for index, chunk in enumerate(chunks):  # a control message is at most 1 MiB
+                part = dict(message, partitions=chunk)
+                if index == len(chunks) - 1:
+                    part["seq"] = self._seq  # on the last part: everything before it is applied then
                 self._send(**part)
                 message.pop("topics", None)
         self._topics = topics

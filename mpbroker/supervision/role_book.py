@@ -17,6 +17,7 @@ class RoleBook:
         self.num_workers = num_workers
         self.topics = {}  # replicated topic -> partition count
         self.partitions = {}  # (topic, partition) -> the registrar's entry
+        self.seq = 0  # the number of the last complete roles message
 
     def apply(self, message: dict) -> tuple:
         """Record a ``roles`` message; ``(topics changed?, {worker slot: [entries]})``."""
@@ -32,6 +33,8 @@ class RoleBook:
             else:
                 self.partitions[key] = entry
             by_slot.setdefault(self.owner(*key), []).append(entry)
+        if "seq" in message:
+            self.seq = message["seq"]
         return topics_changed, by_slot
 
     def owner(self, topic: str, partition: int) -> int:

@@ -21,6 +21,7 @@ class Publisher:
         self._counters = {}  # Log -> [messages_in, bytes_in, last_flush_ms]
         self._version_base = {}  # Log -> added to its segments_version (monotonic across restarts)
         self.replicas = {}  # Log -> replication.Replica, for the replicated partitions
+        self._previous = {}  # Log -> the state its entry held when added (a predecessor's, after a respawn)
 
     def __len__(self) -> int:
         return len(self._index)
@@ -31,9 +32,14 @@ class Publisher:
         # Counters and versions go on across worker restarts. The entry is this slot's
         # alone: a predecessor killed mid-update left it torn, and we rewrite it.
         previous = self._table.take_over(index)
+        self._previous[partition_log] = previous
         self._counters[partition_log] = [previous.messages_in, previous.bytes_in, previous.last_flush_ms]
         self._version_base[partition_log] = previous.segments_version + 1
         self.publish(partition_log)
+
+    def previous(self, partition_log):
+        """The PartitionState the log's entry held when it was added (None: new entry)."""
+        return self._previous.get(partition_log)
 
     def count(self, partition_log, messages: int, nbytes: int) -> None:
         counters = self._counters[partition_log]

@@ -214,7 +214,8 @@ class LeaderLink:
 
 
 class ReplicaFetcher:
-    def __init__(self, worker, broker_id: int, config, manager, publisher, flusher, throttled_log, truncated):
+    def __init__(self, worker, broker_id: int, config, manager, publisher, flusher, throttled_log, truncated,
+                 may_checkpoint=lambda: True):
         self.worker = worker
         self.selector = worker.selector
         self.timers = worker.timers
@@ -225,6 +226,7 @@ class ReplicaFetcher:
         self._flusher = flusher
         self._throttled_log = throttled_log
         self._truncated = truncated  # callable(): write the recovery points now (they came down)
+        self._may_checkpoint = may_checkpoint  # callable(): no checkpoint write is running on a flusher thread
         self.links = {}  # (address, share) -> LeaderLink
         self._link_of = {}  # Replica -> LeaderLink
         self._fetch_sizes = {}  # Replica -> bytes asked per fetch (grown for a message larger than that)
@@ -296,8 +298,8 @@ class ReplicaFetcher:
                 progress |= self._append(replica, offset, part)
             elif part.error == ErrorCode.OFFSET_OUT_OF_RANGE:
                 if offset < part.log_start:
-                    if replica.log.flush_in_flight:
-                        wait = True  # a flusher thread is syncing its segments: after that
+                    if replica.log.flush_in_flight or not self._may_checkpoint():
+                        wait = True  # a flusher thread is syncing it, or writing the checkpoint: after that
                         continue
                     log.warning("%s-%d: the leader's log starts at %d, past this replica's end %d: starting "
                                 "afresh there", replica.topic, replica.partition, part.log_start, offset)
@@ -342,25 +344,38 @@ class ReplicaFetcher:
         return True
 
     def _truncate_after_epoch_answer(self, replica, epoch: int, end_offset: int) -> bool:
+        """Cut where our log may stop matching the leader's (KIP-279): ``epoch`` is the
+        largest the leader has at or below our latest, ending at ``end_offset`` there.
+        If we have that epoch, the logs match up to the smaller of the two ends. If we
+        do not, cut at the end of our largest epoch below it and ask again with what is
+        then our latest (the logs may part earlier)."""
         partition_log = replica.log
         if epoch == UNDEFINED or end_offset == UNDEFINED:
-            cut = partition_log.log_start  # the leader has no epoch that old: keep nothing of ours
+            cut, again = partition_log.log_start, False  # the leader has no epoch that old: keep nothing
         else:
             mine = partition_log.leader_epochs.end_offset_for(epoch, partition_log.log_end)
-            cut = end_offset if mine.epoch == UNDEFINED else min(end_offset, mine.start_offset)
-        return self.truncate(replica, cut)
+            if mine.epoch == UNDEFINED:  # we have no epoch that old either
+                cut, again = partition_log.log_start, False
+            else:
+                cut, again = min(end_offset, mine.start_offset), mine.epoch != epoch
+        if not self.truncate(replica, cut):
+            return False
+        replica.needs_truncation = again and partition_log.leader_epochs.latest is not None
+        return True
 
     def truncate(self, replica, cut: int) -> bool:
-        """Cut the log at ``cut``; False if it must wait (a flush of it is in flight)."""
+        """Cut the log at ``cut``; False if it must wait (a flush of it, or a checkpoint
+        write, is in flight: the checkpoint is rewritten right after the cut)."""
         partition_log = replica.log
-        if cut < partition_log.log_end and partition_log.flush_in_flight:
+        if partition_log.flush_in_flight or not self._may_checkpoint():
             return False
         if cut < partition_log.log_start:
             partition_log.truncate_fully_and_start_at(cut)
-        elif cut < partition_log.log_end:
-            log.warning("%s-%d: truncating from %d to %d (where the leader's log diverges, leader epoch %d)",
-                        replica.topic, replica.partition, partition_log.log_end, cut, replica.leader_epoch)
-            partition_log.truncate_to(cut)
+        else:
+            if cut < partition_log.log_end:
+                log.warning("%s-%d: truncating from %d to %d (where the leader's log diverges, leader epoch %d)",
+                            replica.topic, replica.partition, partition_log.log_end, cut, replica.leader_epoch)
+            partition_log.truncate_to(cut)  # at the end too: an epoch that began there holds nothing
         replica.needs_truncation = False
         replica.high_watermark = min(replica.high_watermark, partition_log.log_end)
         self._after_truncation(replica)

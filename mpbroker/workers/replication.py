@@ -31,10 +31,10 @@ import logging
 from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms
-from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec.errors import ErrorCode, MPBrokerError
 from mpbroker.ipc import counters, messages
 from mpbroker.ipc.messages import Mode
-from mpbroker.ipc.partition_table import Role, isr_slots
+from mpbroker.ipc.partition_table import Role, TableFullError, isr_slots
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,7 @@ class Replica:
         self.followers = {}  # broker id -> FollowerPosition (leader only)
         self.waiters = []  # durability-2 produces waiting for the high watermark (leader only)
         self.isr_requested_ms = None  # an ISR change was asked for at this time, not yet seen
+        self.isr_requested = ()  # ... and the ISR asked for: its new members count for the high watermark
         self.needs_truncation = False  # follower: ask the leader where our epoch ended first
 
     def table_fields(self) -> tuple:
@@ -86,8 +87,11 @@ class Replica:
 
 
 class ReplicaManager:
-    def __init__(self, broker_id: int, logs, publisher, config, answer, request_isr, lease, counter_row=None):
+    def __init__(self, broker_id: int, logs, publisher, config, answer, request_isr, lease, counter_row=None,
+                 roles_seq=lambda: 0):
         self.broker_id = broker_id
+        self._roles_seq = roles_seq  # callable(): the number of the registrar's last roles message
+        self.applied_seq = 0  # the number of the last roles message applied here
         self._counters = counter_row  # the worker's CounterTable row: ISR shrinks and expands
         self._logs = logs
         self._publisher = publisher
@@ -105,21 +109,38 @@ class ReplicaManager:
     def apply_roles(self, entries) -> None:
         for entry in entries:
             key = (entry["topic"], entry["partition"])
-            replica = self.replicas.get(key)
-            if entry["role"] == "none":
+            try:
+                self._apply_entry(key, entry)
+            except (MPBrokerError, TableFullError, OSError, ValueError) as exc:
+                # This partition stays (or goes) offline here; the others are served.
+                log.error("%s-%d: cannot take the role %s: %s", *key, entry.get("role"), exc)
+                replica = self.replicas.get(key)
                 if replica is not None:
-                    self._stop_leading(replica, "no longer a replica here")
+                    self._stop_leading(replica, f"its log failed: {exc}")
                     self._set_role(replica, Role.OFFLINE)
-                continue
-            if replica is None:
-                partition_log = self._logs.get(*key)
-                if partition_log is None:
-                    partition_log = self._logs.get_or_create(*key)
-                    self._publisher.add(partition_log)
-                replica = self.replicas[key] = Replica(partition_log)
-                self.by_log[partition_log] = replica
-                replica.high_watermark = 0
-            self._apply(replica, entry)
+                    self._publisher.publish(replica.log)
+
+    def _apply_entry(self, key: tuple, entry: dict) -> None:
+        replica = self.replicas.get(key)
+        if entry["role"] == "none":
+            if replica is not None:
+                self._stop_leading(replica, "no longer a replica here")
+                self._set_role(replica, Role.OFFLINE)
+                self._publisher.publish(replica.log)
+            return
+        if replica is None:
+            partition_log = self._logs.get(*key)
+            if partition_log is None:
+                partition_log = self._logs.get_or_create(*key)
+                self._publisher.add(partition_log)
+            replica = Replica(partition_log)
+            # A respawned worker: what its predecessor published (the table outlives it).
+            previous = self._publisher.previous(partition_log)
+            if previous is not None and previous.role in (Role.LEADER, Role.FOLLOWER):
+                replica.high_watermark = min(previous.high_watermark, partition_log.log_end)
+            self.replicas[key] = replica
+            self.by_log[partition_log] = replica
+        self._apply(replica, entry)
 
     def _apply(self, replica: Replica, entry: dict) -> None:
         epoch = entry["leader_epoch"]
@@ -137,6 +158,7 @@ class ReplicaManager:
                 log.info("%s-%d: ISR %s -> %s", replica.topic, replica.partition, list(replica.isr), entry["isr"])
                 replica.isr = tuple(entry["isr"])
             replica.isr_requested_ms = None
+            replica.isr_requested = ()
             replica.version = entry["version"]
             self._advance_high_watermark(replica)
         elif role == "follower":
@@ -210,14 +232,21 @@ class ReplicaManager:
         """``(error code, reason)`` if a produce in ``mode`` may not be appended, else None."""
         if replica.role != Role.LEADER:
             return ErrorCode.NOT_LEADER, f"{replica.topic}-{replica.partition}: this broker does not lead it"
-        if monotonic_ms() >= self._lease():
+        if not self._may_act():
             return ErrorCode.NOT_LEADER, (f"{replica.topic}-{replica.partition}: no ZooKeeper lease (the session "
-                                          f"may have expired): not taking produces")
+                                          f"may have expired), or roles not applied yet: not taking produces")
         if mode == Mode.ACK_REPLICATED and len(replica.isr) < self.config.min_insync_replicas:
             return ErrorCode.NOT_ENOUGH_REPLICAS, (f"{replica.topic}-{replica.partition}: ISR {list(replica.isr)} "
                                                    f"is smaller than min.insync.replicas "
                                                    f"({self.config.min_insync_replicas})")
         return None
+
+    def _may_act(self) -> bool:
+        """A leader takes and acknowledges produces only within the registrar's ZooKeeper
+        lease, and only once it applied every roles message the registrar sent (the
+        lease of a new session may be renewed before its roles, a demotion perhaps,
+        arrived)."""
+        return monotonic_ms() < self._lease() and self.applied_seq >= self._roles_seq()
 
     def wait_for_replicas(self, replica: Replica, request_id: int, partition: int, offset: int,
                           next_offset: int) -> None:
@@ -242,6 +271,8 @@ class ReplicaManager:
             if position is None:
                 continue  # not an assigned replica
             leader_end = replica.log.log_end
+            if offset > leader_end:
+                continue  # not a position this log can have: not a follower of it
             if offset >= leader_end:
                 position.caught_up_ms = now
             elif offset >= position.leader_end_at_fetch:
@@ -249,16 +280,25 @@ class ReplicaManager:
             position.leader_end_at_fetch = leader_end
             position.fetch_ms = now
             position.log_end = offset
-            if (follower not in replica.isr and offset >= replica.high_watermark and offset >= replica.epoch_start
-                    and replica.isr_requested_ms is None):
+            if (follower not in replica.isr and replica.isr_requested_ms is None and offset >= replica.epoch_start
+                    and offset >= replica.high_watermark and self._high_watermark_known(replica)):
                 self._ask_isr(replica, (*replica.isr, follower), now)
             self._advance_high_watermark(replica)
+
+    def _high_watermark_known(self, replica: Replica) -> bool:
+        """Every ISR member has reported since this worker leads: the high watermark is
+        theirs, not one a respawned or new leader started from."""
+        return all(replica.followers.get(broker) is not None and replica.followers[broker].log_end >= 0
+                   for broker in replica.isr if broker != self.broker_id)
 
     def _advance_high_watermark(self, replica: Replica) -> None:
         if replica.role != Role.LEADER:
             return
         end = replica.log.log_end
-        for broker in replica.isr:
+        # An ISR being grown counts with its new members at once (Kafka's "maximal ISR",
+        # KIP-497): ZooKeeper may list them already, and the controller could elect one.
+        members = replica.isr if not replica.isr_requested else set(replica.isr) | set(replica.isr_requested)
+        for broker in members:
             if broker != self.broker_id:
                 position = replica.followers.get(broker)
                 known = position.log_end if position is not None else -1
@@ -271,15 +311,25 @@ class ReplicaManager:
         self._answer_waiters(replica)
 
     def _answer_waiters(self, replica: Replica) -> None:
-        if not replica.waiters or monotonic_ms() >= self._lease():
+        if not replica.waiters or not self._may_act():
             return  # no acknowledgement without the lease: tick() tries again
         high_watermark = replica.high_watermark
+        # Covered by an ISR that shrank below min.insync.replicas meanwhile: refused
+        # (Kafka's NotEnoughReplicasAfterAppend), not acknowledged with too few copies.
+        code = ErrorCode.NO_ERROR if len(replica.isr) >= self.config.min_insync_replicas \
+            else ErrorCode.NOT_ENOUGH_REPLICAS
         remaining = []
         for waiter in replica.waiters:
             if waiter.next_offset <= high_watermark:
-                self._answer(messages.KIND_ACK, messages.encode_ack(waiter.request_id, ErrorCode.NO_ERROR,
-                                                                    waiter.partition, waiter.offset,
-                                                                    waiter.next_offset))
+                if code:
+                    self._answer(messages.KIND_ACK, messages.encode_ack(
+                        waiter.request_id, code, waiter.partition, -1, -1,
+                        f"{replica.topic}-{replica.partition}: appended, but the ISR {list(replica.isr)} shrank "
+                        f"below min.insync.replicas ({self.config.min_insync_replicas})"))
+                else:
+                    self._answer(messages.KIND_ACK, messages.encode_ack(waiter.request_id, ErrorCode.NO_ERROR,
+                                                                        waiter.partition, waiter.offset,
+                                                                        waiter.next_offset))
             else:
                 remaining.append(waiter)
         replica.waiters = remaining
@@ -292,6 +342,7 @@ class ReplicaManager:
                 continue
             if replica.isr_requested_ms is not None and now - replica.isr_requested_ms > ISR_REQUEST_RETRY_MS:
                 replica.isr_requested_ms = None  # unanswered: decide again
+                replica.isr_requested = ()
             if replica.isr_requested_ms is None:
                 lagging = [broker for broker in replica.isr if broker != self.broker_id
                            and now - replica.followers.get(broker, FollowerPosition(0)).caught_up_ms > lag_ms]
@@ -303,6 +354,7 @@ class ReplicaManager:
 
     def _ask_isr(self, replica: Replica, isr: tuple, now: int) -> None:
         replica.isr_requested_ms = now
+        replica.isr_requested = isr
         self._request_isr(topic=replica.topic, partition=replica.partition, leader_epoch=replica.leader_epoch,
                           isr=list(isr), version=replica.version)
 

@@ -63,7 +63,6 @@ EXIT_FLUSH_FAILED = 3
 EXIT_LOG_REFUSED = 4
 FULL_RING_RETRY_S = 0.005  # re-try a full answer ring this often (a missed space wake-up costs no more)
 REPLICATION_TICK_MS = 100  # ISR checks, held acknowledgements, silent leader connections
-WAKES_PER_RECORD = 4096
 
 
 class PartitionWorker(ChildProcess):
@@ -86,10 +85,15 @@ class PartitionWorker(ChildProcess):
         self._postponed_log = ThrottledLog(log)
         self.flusher = Flusher(counters)
         self._outbox = collections.deque()
-        lease = (lambda: slots.lease(lease_slot)) if lease_slot is not None else (lambda: 0)
+        if lease_slot is None:
+            lease = lambda: 0  # noqa: E731 - no registrar, no lease: no replicated partition is led here
+            roles_seq = lambda: 0  # noqa: E731
+        else:
+            lease = lambda: slots.lease(lease_slot)  # noqa: E731
+            roles_seq = lambda: slots.roles_seq(lease_slot)  # noqa: E731
         self.replication = ReplicaManager(config.brokerid, self.logs, self.publisher, config, self._queue_answer,
                                           lambda **fields: self.control.send(Op.ISR_CHANGE, **fields), lease,
-                                          counters)
+                                          counters, roles_seq)
         self.fetcher = None  # made in start(), with the event loop
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer,
                                       self.replication)
@@ -172,7 +176,8 @@ class PartitionWorker(ChildProcess):
         self.watch(self.answers.space_fd, self._on_answer_space)
         self.watch(self.flusher.done_fd, self._on_flushed)
         self.fetcher = ReplicaFetcher(self, self.config.brokerid, self.config, self.replication, self.publisher,
-                                      self.flusher, ThrottledLog(log), self._checkpoint_now)
+                                      self.flusher, ThrottledLog(log), self._checkpoint_now,
+                                      lambda: self.flusher.checkpoint_in_flight is None)
         self.replication.fetcher = self.fetcher
         self.timers.every(REPLICATION_TICK_MS, self._replication_tick)
         return None
@@ -182,6 +187,8 @@ class PartitionWorker(ChildProcess):
 
     def _on_roles(self, message: dict) -> None:
         self.replication.apply_roles(message.get("partitions", ()))
+        if "seq" in message:
+            self.replication.applied_seq = max(self.replication.applied_seq, message["seq"])
 
     def _replication_tick(self, now: int) -> None:
         self.replication.tick(now)
@@ -195,9 +202,23 @@ class PartitionWorker(ChildProcess):
 
     def after_events(self) -> None:
         woken = self.replication.take_woken()
-        for start in range(0, len(woken), WAKES_PER_RECORD):
-            self._queue_answer(messages.KIND_WAKE, messages.encode_wake(woken[start:start + WAKES_PER_RECORD]))
+        if woken:
+            self._queue_wakes(woken)
         self._send_answers()
+
+    def _queue_wakes(self, woken: list) -> None:
+        """KIND_WAKE records for these partitions, each one that fits the answer ring."""
+        limit = self.answers.max_record_body - messages.WAKE_HEAD_BYTES
+        batch, size = [], 0
+        for key in woken:
+            entry_size = messages.wake_bytes(key[0])
+            if batch and (size + entry_size > limit or len(batch) == messages.MAX_WAKES):
+                self._queue_answer(messages.KIND_WAKE, messages.encode_wake(batch))
+                batch, size = [], 0
+            batch.append(key)
+            size += entry_size
+        if batch:
+            self._queue_answer(messages.KIND_WAKE, messages.encode_wake(batch))
 
     def finish(self) -> int:
         if self.exit_code == EXIT_FLUSH_FAILED:

@@ -581,3 +581,24 @@ def test_control_socket_is_for_the_brokers_user_or_its_group(broker_factory, rea
 def start_with_control_socket(broker, path: str) -> None:
     broker.socket_path = path  # where LocalBroker asks for the status
     broker.start()
+
+
+def test_replica_requests_from_a_client_that_is_no_follower(broker):
+    """REPLICA_FETCH and LEADER_EPOCH_END are for brokers, but anyone can send them: odd
+    values get error codes, and a fetch naming many long topics (its positions once
+    went into one ring record larger than the ring takes, which killed the acceptor)
+    leaves the broker serving."""
+    acceptor_pid = broker.status()["acceptor"]["pid"]
+    names = ("t%05d" % i + "x" * 32_000 for i in range(10_000))
+    same_worker = [name for name in names if owner_slot(name, 0, 2) == 0][:70]  # one ring gets them all
+    long_topics = [(name, 0, 1, 0, 100) for name in same_worker]
+    odd = [("replicas", -1, -5, -1, -1), ("replicas", 2**31 - 1, 2**31 - 1, 2**62, 2**31 - 1)]
+    with WireClient(broker.port, timeout=30) as client:
+        answer = client.request(rq.encode_replica_fetch(7, 2**31 - 1, long_topics + odd))
+        parts = rs.decode_replica_fetch(answer)
+        assert len(parts) == 72 and all(part.error == ErrorCode.NOT_LEADER for part in parts)
+        error, epoch, end = rs.decode_leader_epoch_end(client.request(rq.encode_leader_epoch_end(7, "nope", 0, 0, 0)))
+        assert (error, epoch, end) == (ErrorCode.NOT_LEADER, -1, -1)
+        assert client.fetch("replicas", 0, 0, 10)[0] == 0  # the connection goes on
+    assert broker.status()["acceptor"]["pid"] == acceptor_pid
+    assert_broker_healthy(broker)
