@@ -17,9 +17,11 @@ with the batch unread) is lost without an error and the exit code is still 0.
 ``--acks append`` waits for each batch to be appended (and retries), ``--acks flush``
 for it to be on disk, ``--acks replicated`` (Kafka's request.required.acks=-1) until
 every in-sync replica of its partition has it. With ``--zookeeper`` a replicated topic's
-lines go to each partition's current leader (followed when it changes). Consumers see messages only once the broker flushed them
-(``log.flush.interval`` messages or ``log.default.flush.interval.ms``, 3 s by default);
-``--acks flush`` makes them fetchable when the tool exits.
+lines go to each partition's current leader (followed when it changes). Consumers of an
+unreplicated topic see messages only once the broker flushed them (``log.flush.interval``
+messages or ``log.default.flush.interval.ms``, 3 s by default): ``--acks flush`` makes
+them fetchable when the tool exits; those of a replicated topic see what every in-sync
+replica has.
 
 With ``--key-separator`` the text before the first separator is the message's key (it
 picks the partition and is not part of the message); a line without the separator

@@ -132,7 +132,8 @@ def _offsets_from_zookeeper(args, time_ms: int) -> list:
     try:
         replicated = leaders.topic(args.topic)
         if replicated is None:
-            registered = [p for p in read_topic_partitions(leaders.client, args.topic) if p.broker_id in leaders.brokers]
+            registered = [p for p in read_topic_partitions(leaders.client, args.topic)
+                          if p.broker_id in leaders.brokers]
             if not registered:
                 raise UnknownTopicError([args.topic], f"no live broker registered it at {args.zookeeper}",
                                         read_topics(leaders.client))
@@ -152,9 +153,11 @@ def _offsets_from_zookeeper(args, time_ms: int) -> list:
                               f"0-{replicated.partitions - 1})")
         partitions = range(replicated.partitions) if args.partition is None else [args.partition]
         with LeaderConsumer(leaders=leaders) as consumer:
-            return [f"{args.topic}:{partition}:"
-                    f"{','.join(map(str, consumer.get_offsets_before(args.topic, partition, time_ms, args.max_offsets)))}"
-                    for partition in partitions]
+            lines = []
+            for partition in partitions:
+                offsets = consumer.get_offsets_before(args.topic, partition, time_ms, args.max_offsets)
+                lines.append(f"{args.topic}:{partition}:{','.join(map(str, offsets))}")
+            return lines
     finally:
         leaders.close()
 

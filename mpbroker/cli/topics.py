@@ -79,8 +79,9 @@ def _describe_lines(partitions, only_under_replicated: bool, high_watermark=lamb
         epoch = "-" if state is None else str(state.leader_epoch)
         isr = "-" if state is None else _ids(state.isr)
         found = high_watermark(info) if leader != "-" else None
+        watermark = "-" if found is None else str(found)
         lines.append(f"topic: {info.topic}\tpartition: {info.partition}\tleader: {leader}\tleader_epoch: {epoch}"
-                     f"\treplicas: {_ids(info.replicas)}\tisr: {isr}\thigh_watermark: {'-' if found is None else found}")
+                     f"\treplicas: {_ids(info.replicas)}\tisr: {isr}\thigh_watermark: {watermark}")
     return lines
 
 

@@ -9,8 +9,9 @@ fsync'ed; to start afresh at another offset, the one segment left, emptied, is
 renamed to it and the directory fsync'ed again. Without these syncs a power cut after new bytes were appended over
 the cut could bring back the old, divergent bytes, or a deleted segment file. After
 each step the Log matches the disk, so a step that fails (OSError) leaves it
-consistent, and its next flush syncs the segments and the directory. The leader epochs are cut after the bytes (as Kafka does; ``Log.open``
-fits the epochs a crash left past the log end).
+consistent, and its next flush syncs the segments and the directory. The leader
+epochs are cut after the bytes (as Kafka does; ``Log.open`` fits the epochs a crash
+left past the log end).
 """
 
 import logging
