@@ -7,6 +7,10 @@ it, waits until it is ready (the status says so through the control socket), and
 
 Keyword properties use ``_`` for ``.`` (``log_file_size=300`` is ``log.file.size=300``).
 ``env`` adds environment variables for the broker process (e.g. an LD_PRELOAD shim).
+``wrapper`` is a command prefix the broker runs under (e.g. ``["ip", "netns", "exec",
+"<ns>"]`` to run it inside a network namespace, with ``hostname`` that namespace's
+address: ``tests/faults/netcluster/``); the control socket is a unix socket in the log
+directory, so ``status()`` works from here whatever network the broker is in.
 """
 
 import os
@@ -21,9 +25,10 @@ DEFAULTS = {"port": "0", "hostname": "127.0.0.1"}
 
 
 class LocalBroker:
-    def __init__(self, directory, env=None, **properties):
+    def __init__(self, directory, env=None, wrapper=None, **properties):
         self.directory = str(directory)
         self.env = dict(env or {})
+        self.wrapper = list(wrapper or [])
         os.makedirs(self.directory, exist_ok=True)
         self.log_dir = os.path.join(self.directory, "logs")
         self.properties = {**DEFAULTS, "log.dir": self.log_dir}
@@ -44,7 +49,7 @@ class LocalBroker:
         and, with ZooKeeper, is registered (or gave up waiting: see mpbroker.supervisor)."""
         with open(self.output_path, "a") as output:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "mpbroker", "serve", self.config_path],
+                [*self.wrapper, sys.executable, "-m", "mpbroker", "serve", self.config_path],
                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, **self.env} if self.env else None,
             )
@@ -58,6 +63,11 @@ class LocalBroker:
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"broker did not become ready in {timeout}s:\n{self.output()}")
+
+    @property
+    def host(self) -> str:
+        """The address clients reach the broker at (``hostname``; 127.0.0.1 if it binds all)."""
+        return self.properties.get("hostname") or "127.0.0.1"
 
     def try_status(self):
         """``mpbroker-ctl status`` as a dict, or None if the broker does not answer."""

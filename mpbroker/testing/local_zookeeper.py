@@ -2,6 +2,12 @@
 ``zookeeper`` package run as a standalone server on a free loopback port, with its
 own data directory (``apt-get install zookeeper``; Java is needed).
 
+``host`` is the address it listens on (``clientPortAddress``, default 127.0.0.1) and
+``wrapper`` a command prefix it runs under (e.g. ``["ip", "netns", "exec", "<ns>"]``
+to run it inside a network namespace whose address ``host`` is: the tests' network
+faults, ``tests/faults/netcluster/``). Readiness is asked from this process at
+``host:port``, so the address must be reachable from here.
+
 No fsync of ZooKeeper's transaction log (``forceSync=no``): a session is created
 without waiting for a disk that brokers keep busy; data survives a restart of the
 server process, not of the machine. Short ticks (200 ms) let sessions time out in well under a second when a test asks
@@ -26,9 +32,9 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def ruok(port: int, timeout: float = 1.0) -> bool:
+def ruok(port: int, timeout: float = 1.0, host: str = "127.0.0.1") -> bool:
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
             sock.sendall(b"ruok")
             return sock.recv(16) == b"imok"
     except OSError:
@@ -36,12 +42,14 @@ def ruok(port: int, timeout: float = 1.0) -> bool:
 
 
 class ZooKeeperServer:
-    def __init__(self, directory, port: int | None = None):
+    def __init__(self, directory, port: int | None = None, host: str = "127.0.0.1", wrapper=None):
         if not os.path.exists(ZOOKEEPER_JAR):
             raise RuntimeError(f"{ZOOKEEPER_JAR} is missing: install Debian's zookeeper package "
                                "(apt-get install zookeeper; tests/run.sh does)")
         self.directory = str(directory)
         self.port = port or free_port()
+        self.host = host
+        self.wrapper = list(wrapper or [])
         self.data_dir = os.path.join(self.directory, "data")
         self.config_path = os.path.join(self.directory, "zoo.cfg")
         self.log_path = os.path.join(self.directory, "zookeeper.log")
@@ -49,13 +57,13 @@ class ZooKeeperServer:
         os.makedirs(self.data_dir, exist_ok=True)
         with open(self.config_path, "w") as f:
             f.write(f"tickTime={TICK_MS}\ndataDir={self.data_dir}\nclientPort={self.port}\n"
-                    "clientPortAddress=127.0.0.1\nadmin.enableServer=false\n"
+                    f"clientPortAddress={self.host}\nadmin.enableServer=false\n"
                     "4lw.commands.whitelist=ruok,srvr,cons\nmaxSessionTimeout=60000\n"
                     "maxClientCnxns=0\nforceSync=no\n")
 
     @property
     def hosts(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def connect_string(self, chroot: str = "") -> str:
         return self.hosts + chroot
@@ -63,14 +71,14 @@ class ZooKeeperServer:
     def start(self, timeout: float = 30.0) -> "ZooKeeperServer":
         with open(self.log_path, "a") as log:
             self.process = subprocess.Popen(
-                ["java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false",
+                [*self.wrapper, "java", "-Xmx256m", "-XX:+UseSerialGC", "-Dzookeeper.admin.enableServer=false",
                  f"-Dzookeeper.log.dir={self.directory}", "-cp", ZOOKEEPER_JAR, MAIN_CLASS, self.config_path],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"ZooKeeper exited with {self.process.returncode}: {self.output()}")
-            if ruok(self.port):
+            if ruok(self.port, host=self.host):
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"ZooKeeper did not answer on port {self.port} in {timeout}s: {self.output()}")
@@ -91,7 +99,7 @@ class ZooKeeperServer:
             pass
         self.process.wait(20)
         deadline = time.monotonic() + 10
-        while ruok(self.port, 0.2) and time.monotonic() < deadline:
+        while ruok(self.port, 0.2, self.host) and time.monotonic() < deadline:
             time.sleep(0.05)
 
     def kill(self) -> None:

@@ -19,8 +19,8 @@ DEFAULTS = {  # LocalBroker keyword properties: "_" stands for "."
 
 
 class BrokerProcess(LocalBroker):
-    def __init__(self, directory, env=None, **properties):
-        super().__init__(directory, env=env, **{**DEFAULTS, **properties})
+    def __init__(self, directory, env=None, wrapper=None, **properties):
+        super().__init__(directory, env=env, wrapper=wrapper, **{**DEFAULTS, **properties})
 
     def worker_pid(self, slot: int) -> int:
         return self.status()["workers"][slot]["pid"]
