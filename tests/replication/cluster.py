@@ -1,6 +1,9 @@
 """Three real brokers on a real ZooKeeper for the replication tests, and a raw wire
 client: produce with a durability, fetch, OFFSETS, each a round trip on a socket of
-its own (retrying the leader lookup the way a client does)."""
+its own (retrying the leader lookup the way a client does). The wire helpers take the
+broker's ``host`` (127.0.0.1 unless the brokers run elsewhere, as in
+``tests/faults/netcluster/``, where each has an address of its own); the leader lookups
+use the host the leader registered."""
 
 import os
 import socket
@@ -26,8 +29,8 @@ def start_cluster(broker_factory, zk_connect, **properties) -> dict:
     return {i: broker_factory(f"b{i}", brokerid=i, **settings) for i in BROKER_IDS}
 
 
-def round_trip(port: int, frame: bytes, timeout: float = 10.0) -> bytes:
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+def round_trip(port: int, frame: bytes, timeout: float = 10.0, host: str = "127.0.0.1") -> bytes:
+    with socket.create_connection((host, port), timeout=timeout) as sock:
         sock.sendall(frame)
         head = _receive(sock, 4)
         (size,) = struct.unpack(">i", head)
@@ -59,6 +62,14 @@ def state(client, topic: str, partition: int):
 
 
 def leader_port(client, brokers: dict, topic: str, partition: int):
+    """``(leader id, port)``; the port is None while the leader is not running or registered."""
+    leader, address = leader_address(client, brokers, topic, partition)
+    return leader, address and address[1]
+
+
+def leader_address(client, brokers: dict, topic: str, partition: int):
+    """``(leader id, (host, port))`` as the leader registered them; the address is None
+    while the leader is not running or registered (the id None while there is none)."""
     found = state(client, topic, partition)
     if found is None or found.leader == replication.NO_LEADER:
         return None, None
@@ -69,29 +80,33 @@ def leader_port(client, brokers: dict, topic: str, partition: int):
         value, _ = client.get(layout.broker_path(found.leader))
     except Exception:  # noqa: BLE001 - not registered (yet)
         return found.leader, None
-    return found.leader, layout.parse_broker(found.leader, value).port
+    info = layout.parse_broker(found.leader, value)
+    return found.leader, (info.host, info.port)
 
 
 def message_set(payloads) -> bytes:
     return b"".join(encode_message(payload) for payload in payloads)
 
 
-def produce(port: int, topic: str, partition: int, payloads, durability: int = 2, timeout: float = 10.0):
+def produce(port: int, topic: str, partition: int, payloads, durability: int = 2, timeout: float = 10.0,
+            host: str = "127.0.0.1"):
     """The broker's ProduceAck (error, partition, offset, next offset)."""
-    body = round_trip(port, rq.encode_produce_acked(durability, topic, partition, message_set(payloads)), timeout)
+    frame = rq.encode_produce_acked(durability, topic, partition, message_set(payloads))
+    body = round_trip(port, frame, timeout, host)
     return responses.decode_produce_ack(body)
 
 
 def produce_until_acked(client, brokers, topic: str, partition: int, payloads, timeout: float = 30.0,
-                        durability: int = 2):
+                        durability: int = 2, attempt_timeout: float = 10.0):
     """Produce to the current leader until it acknowledges: ``(leader id, ack)``."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        leader, port = leader_port(client, brokers, topic, partition)
-        if port is not None:
+        leader, address = leader_address(client, brokers, topic, partition)
+        if address is not None:
+            host, port = address
             try:
-                ack = produce(port, topic, partition, payloads, durability)
+                ack = produce(port, topic, partition, payloads, durability, attempt_timeout, host)
                 if ack.error == ErrorCode.NO_ERROR:
                     return leader, ack
                 last = ack
@@ -101,12 +116,13 @@ def produce_until_acked(client, brokers, topic: str, partition: int, payloads, t
     raise AssertionError(f"no acknowledgement of {topic}-{partition} within {timeout}s; last: {last}")
 
 
-def read_all(port: int, topic: str, partition: int) -> list:
+def read_all(port: int, topic: str, partition: int, host: str = "127.0.0.1") -> list:
     """Every payload the broker shows a consumer of the partition, in order."""
     payloads = []
     offset = 0
     while True:
-        error, data = responses.split_error(round_trip(port, rq.encode_fetch(topic, partition, offset, 1 << 20)))
+        frame = rq.encode_fetch(topic, partition, offset, 1 << 20)
+        error, data = responses.split_error(round_trip(port, frame, host=host))
         assert error == ErrorCode.NO_ERROR, f"fetch at {offset}: error {error}"
         found, next_offsets, _ = decode_messages(bytes(data), offset)
         if not found:
@@ -148,14 +164,14 @@ class Load:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            leader, port = leader_port(self.client, self.brokers, self.topic, self.partition)
-            if port is None:
+            leader, address = leader_address(self.client, self.brokers, self.topic, self.partition)
+            if address is None:
                 time.sleep(0.02)
                 continue
             payloads = [f"{self._sequence}-{i}".encode() for i in range(5)]
             self._sequence += 1
             try:
-                ack = produce(port, self.topic, self.partition, payloads, timeout=3.0)
+                ack = produce(address[1], self.topic, self.partition, payloads, timeout=3.0, host=address[0])
             except OSError as exc:
                 self.errors.append(repr(exc))
                 time.sleep(0.02)
@@ -168,9 +184,9 @@ class Load:
                 time.sleep(0.02)
 
 
-def check_read_back(port: int, topic: str, acked: list, partition: int = 0) -> list:
+def check_read_back(port: int, topic: str, acked: list, partition: int = 0, host: str = "127.0.0.1") -> list:
     """Every acknowledged payload is read back once, in order: the payloads read."""
-    read = read_all(port, topic, partition)
+    read = read_all(port, topic, partition, host)
     positions = {payload: index for index, payload in enumerate(read)}
     assert len(positions) == len(read), "a payload was read twice"
     missing = [payload for payload in acked if payload not in positions]
