@@ -1,0 +1,184 @@
+"""A ZooKeeper node and three broker nodes on a ``Network``: their start, their
+processes' faults (SIGKILL, SIGSTOP/SIGCONT of everything in a node, a broker's
+restart) and their stop, plus the ZooKeeper reads and wire calls a test makes from
+the root namespace.
+
+Owns the servers, not the network: faults between nodes are ``network``'s. Each
+server binds its node's address (ZooKeeper's ``clientPortAddress``, the broker's
+``hostname``) on a fixed port (every node has its own ports), so a restarted broker
+comes back at the same address; brokers connect to ZooKeeper at the ZooKeeper node's
+address, and register theirs, so followers fetch from their leaders across the bridge.
+The brokers' control sockets are unix sockets in their log directories, so their
+status is read from here whatever the network does.
+
+The wire and ZooKeeper helpers are ``tests/replication/cluster.py``'s, given the
+brokers' hosts. Settings as in the replication tests: ``zk.sessiontimeout.ms`` 4000,
+``min.insync.replicas`` 2, ``replica.lag.time.max.ms`` 1500.
+"""
+
+import os
+import signal
+
+from mpbroker.registry import layout, topic_admin
+from mpbroker.registry.replication import NO_LEADER
+from mpbroker.registry.zk_client import close_client, start_client
+from mpbroker.testing.local_zookeeper import ZooKeeperServer
+from tests.broker.harness import BrokerProcess, wait_dead
+from tests.polling import wait_for
+from tests.replication import cluster as replicated
+
+from .network import Network, Node
+
+ZOOKEEPER = "zk"  # the ZooKeeper node's name; broker nodes are b<id>
+ZOOKEEPER_PORT = 2181
+BROKER_PORT = 9092
+BROKER_IDS = replicated.BROKER_IDS
+SESSION_MS = replicated.SESSION_MS
+LAG_MS = 1500
+BROKER_SETTINGS = {"enable_zookeeper": "true", "zk_sessiontimeout_ms": SESSION_MS, "min_insync_replicas": 2,
+                   "replica_lag_time_max_ms": LAG_MS, "port": BROKER_PORT}
+
+
+class NetCluster:
+    def __init__(self, network: Network, directory, broker_ids=BROKER_IDS, **properties):
+        self.network = network
+        self.directory = str(directory)
+        self.broker_ids = tuple(broker_ids)
+        self.properties = {**BROKER_SETTINGS, **properties}
+        self.zookeeper = None
+        self.brokers = {}  # id -> BrokerProcess
+        self.nodes = {}  # ZOOKEEPER or broker id -> Node
+        self.client = None  # kazoo, in the root namespace
+
+    # --- life cycle -----------------------------------------------------------------
+
+    def start(self) -> "NetCluster":
+        try:
+            node = self.nodes[ZOOKEEPER] = self.network.add_node(ZOOKEEPER)
+            self.zookeeper = ZooKeeperServer(os.path.join(self.directory, ZOOKEEPER), ZOOKEEPER_PORT,
+                                             host=node.address, wrapper=node.wrapper).start()
+            for broker_id in self.broker_ids:
+                node = self.nodes[broker_id] = self.network.add_node(f"b{broker_id}")
+                directory = os.path.join(self.directory, f"b{broker_id}")
+                os.makedirs(directory, exist_ok=True)
+                self.brokers[broker_id] = BrokerProcess(
+                    directory, wrapper=node.wrapper, hostname=node.address, brokerid=broker_id,
+                    zk_connect=self.zookeeper.hosts, **self.properties)
+            for broker in self.brokers.values():
+                broker.start()
+            self.client = start_client(self.zookeeper.hosts, 6000, 30_000)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def close(self) -> None:
+        """SIGKILL every server (paused ones included), then end the client."""
+        for member in [*self.brokers, ZOOKEEPER]:
+            if member in self.nodes:
+                self.kill(member)
+        if self.client is not None:
+            try:
+                close_client(self.client)
+            except Exception:  # noqa: BLE001 - its server is gone: nothing to end
+                pass
+            self.client = None
+
+    def __enter__(self) -> "NetCluster":
+        return self.start() if self.client is None else self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- processes ------------------------------------------------------------------
+
+    def node(self, member) -> Node:
+        """The node of ``ZOOKEEPER`` or of a broker id."""
+        return self.nodes[member]
+
+    def broker_node(self, broker_id: int) -> Node:
+        return self.nodes[broker_id]
+
+    def kill(self, member) -> None:
+        """SIGKILL every process in the member's node at once (``Node.kill``) and wait
+        until they are dead."""
+        pids = self.nodes[member].kill()
+        server = self.zookeeper if member == ZOOKEEPER else self.brokers.get(member)
+        if server is not None and server.process is not None:
+            server.process.wait(10)
+        wait_dead(pids)
+
+    def pause(self, member) -> list:
+        """SIGSTOP every process in the member's node; the pids stopped."""
+        return self.nodes[member].signal(signal.SIGSTOP)
+
+    def resume(self, member) -> list:
+        return self.nodes[member].signal(signal.SIGCONT)
+
+    def restart(self, member) -> None:
+        """Kill the member if it runs, and start it again (a broker: until it is ready)."""
+        server = self.zookeeper if member == ZOOKEEPER else self.brokers[member]
+        if server.process is not None and server.process.poll() is None:
+            self.kill(member)
+        server.start()
+
+    def log_tails(self, lines: int = 30) -> str:
+        """The end of every broker's log, for a failure's message."""
+        parts = []
+        for broker_id, broker in self.brokers.items():
+            tail = "\n".join(broker.output().splitlines()[-lines:])
+            parts.append(f"--- broker {broker_id} ({self.nodes[broker_id].address}) ---\n{tail}")
+        return "\n".join(parts)
+
+    # --- ZooKeeper's view -----------------------------------------------------------
+
+    def registered(self) -> set:
+        """The broker ids registered in ZooKeeper (live sessions)."""
+        return {int(child) for child in self.client.get_children(layout.BROKER_IDS)}
+
+    def create_topic(self, topic: str, partitions: int = 1, replicas: int = 3) -> dict:
+        return topic_admin.create_topic(self.client, topic, partitions, replicas)
+
+    def state(self, topic: str, partition: int = 0):
+        return replicated.state(self.client, topic, partition)
+
+    def leader(self, topic: str, partition: int = 0):
+        """The leader's id, or None while there is none (or no state yet)."""
+        found = self.state(topic, partition)
+        return None if found is None or found.leader == NO_LEADER else found.leader
+
+    def isr(self, topic: str, partition: int = 0) -> tuple:
+        found = self.state(topic, partition)
+        return () if found is None else tuple(found.isr)
+
+    def wait_isr(self, topic: str, members, partition: int = 0, timeout: float = 30.0) -> tuple:
+        """Wait until the ISR is exactly ``members``."""
+        wanted = set(members)
+        wait_for(lambda: set(self.isr(topic, partition)) == wanted, timeout,
+                 f"ISR {sorted(wanted)} of {topic}-{partition} (now {self.isr(topic, partition)})",
+                 detail=self.log_tails)
+        return self.isr(topic, partition)
+
+    # --- the wire, from the root namespace -------------------------------------------
+
+    def produce(self, broker_id: int, topic: str, payloads, partition: int = 0, durability: int = 2,
+                timeout: float = 10.0):
+        """One produce to this broker: its ProduceAck."""
+        broker = self.brokers[broker_id]
+        return replicated.produce(BROKER_PORT, topic, partition, payloads, durability, timeout, broker.host)
+
+    def produce_until_acked(self, topic: str, payloads, partition: int = 0, timeout: float = 30.0,
+                            attempt_timeout: float = 3.0):
+        """Produce (durability 2) to the current leader until it acknowledges: ``(leader, ack)``."""
+        return replicated.produce_until_acked(self.client, self.brokers, topic, partition, payloads, timeout,
+                                              attempt_timeout=attempt_timeout)
+
+    def check_read_back(self, topic: str, acked: list, partition: int = 0) -> list:
+        """Every acknowledged payload reads back once, in order, from the current leader."""
+        leader, address = replicated.leader_address(self.client, self.brokers, topic, partition)
+        assert address is not None, f"no reachable leader of {topic}-{partition} (leader {leader})"
+        return replicated.check_read_back(address[1], topic, acked, partition, address[0])
+
+    def wait_identical(self, topic: str, partition: int = 0, timeout: float = 30.0) -> bytes:
+        """Wait until every broker's log of the partition holds the same bytes."""
+        return replicated.wait_identical(list(self.brokers.values()), topic, partition, timeout)
