@@ -18,7 +18,8 @@ the kernel's 15 characters: bridge ``mpb<tag>``, namespaces ``mpn<tag>-<node>``,
 ends of the veth pairs ``mpv<tag>x<n>``. The subnet is derived from the tag too
 (``10.60.0.0``-``10.249.255.0``, the first /24 from there on that no route or address of
 the root namespace overlaps). ``start`` first removes leftovers of a crashed run with
-the same names, and those of any run whose pid is dead; ``close`` (the context
+the same names, and those of any run whose pid is dead (namespaces with whatever runs
+in them, links, the root namespace's blackhole routes into the bridge's subnet); ``close`` (the context
 manager's exit, also after a failure) kills whatever still runs in the namespaces and
 removes everything.
 
@@ -280,12 +281,11 @@ def check_available() -> None:
     """Raise NetworkUnavailable unless this process can make namespaces and links."""
     if shutil.which("ip") is None:
         raise NetworkUnavailable("iproute2's `ip` is not installed: network namespaces cannot be made")
-    if os.geteuid() != 0:
-        raise NetworkUnavailable(f"network namespaces need root (running as uid {os.geteuid()})")
     probe = f"mpn{os.getpid()}-probe"
     result = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True, timeout=30)
     if result.returncode != 0:
-        raise NetworkUnavailable(f"`ip netns add` fails here: {result.stderr.strip()}")
+        who = "" if os.geteuid() == 0 else f" (not root: uid {os.geteuid()}; namespaces need root)"
+        raise NetworkUnavailable(f"`ip netns add` fails here{who}: {result.stderr.strip()}")
     ip("netns", "del", probe, check=False)
 
 
@@ -333,8 +333,29 @@ def remove_leftovers(tag: str) -> list:
         name = parts[1].strip().split("@")[0] if len(parts) > 1 else ""
         match = _LINK_RE.match(name)
         if match and _stale(match.group(1) or match.group(2), tag):
+            if match.group(1):  # a bridge: the clients' blackhole routes into its subnet go too
+                removed += _remove_blackholes(name)
             ip("link", "del", name, check=False)
             removed.append(name)
+    return removed
+
+
+def _remove_blackholes(bridge: str) -> list:
+    """Delete the root namespace's blackhole routes into ``bridge``'s subnet."""
+    networks = [ipaddress.ip_interface(line.split()[3]).network
+                for line in ip("-o", "-4", "addr", "show", "dev", bridge, check=False).splitlines()
+                if len(line.split()) > 3]
+    removed = []
+    for line in ip("-4", "route", "show", "type", "blackhole", check=False).splitlines():
+        words = line.split()
+        target = words[1] if words and words[0] == "blackhole" and len(words) > 1 else ""
+        try:
+            address = ipaddress.ip_network(target, strict=False)
+        except ValueError:
+            continue
+        if any(address.subnet_of(network) for network in networks):
+            ip("route", "del", "blackhole", str(address), check=False)
+            removed.append(f"blackhole {address}")
     return removed
 
 
