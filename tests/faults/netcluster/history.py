@@ -1,0 +1,345 @@
+"""The history of one fault run: everything the workload did and saw, for ``checker``.
+
+Owns the record and nothing else: the workload's producer and consumer threads append
+to one ``History`` while the fault schedule runs (every method takes the one lock, so
+threads may call them freely), and after the heal the harness adds the final full read
+of each partition and each replica's log bytes. The checker then reads the whole
+history at once; ``save``/``load`` keep a failing run's history (JSON lines, bytes in
+base64) so it can be checked again offline, e.g. after a fix to the checker.
+
+What is recorded:
+
+- **Produce attempts** (``Attempt``): one per request on the wire, with a unique id, the
+  producer, the partition, the durability (0, 1, 2), its payloads (unique per producer
+  write, e.g. ``b"p<producer>-<seq>-<i>"``), start and end times (``time.monotonic``),
+  the broker it went to, and the outcome. A retry is a separate attempt with the same
+  payloads and ``retry_of`` naming the attempt it repeats (so retries form chains).
+- **Reads** (``Read``): one per message a consumer got: the partition, the byte offset
+  where the message starts and the next offset, the payload, when, from which broker and
+  in which role (if known).
+- **Final reads** (``FinalRead``): per partition, every message the final leader shows
+  after the heal, from offset 0 (or the log start) to its high watermark.
+- **Replica logs** (``ReplicaLog``): per partition and replica, the log's bytes as on
+  disk with the leader's high watermark taken at that moment.
+- **Faults** (``Fault``): kind, target, start and end; the run's ``seed``; free ``meta``.
+
+The outcome of an attempt (``classify_error`` and the ``produce_*`` methods):
+
+- ``ok``: the broker acknowledged it (error 0), with the ack's offset and next offset.
+- ``failed``: definitely not appended. Only answers the broker gives before it can
+  append anything: validation of the request, which precedes every append
+  (``VALIDATION_CODES``: 2 InvalidMessage, 3 WrongPartition, 5 MessageSizeTooLarge,
+  6 InvalidTopic).
+- ``indeterminate``: maybe appended, maybe not; every other error answer, every
+  exception (connection refused or reset, timeout, closed before the answer), and an
+  attempt never finished (``pending`` in the record, read as indeterminate). Why the
+  error codes are not finer, code by code:
+
+  - 10 NOT_ENOUGH_REPLICAS: sent before the append (ISR below ``min.insync.replicas``)
+    *and* after it (the ISR shrank while the set waited for the high watermark,
+    Kafka's NotEnoughReplicasAfterAppend); the two look the same on the wire.
+  - 9 NOT_LEADER: sent by a replica that does not lead (nothing appended) but also to
+    durability-2 waiters of a leader that was demoted after appending their set.
+  - 7 PartitionUnavailable: the worker was restarting; the request may have reached
+    the worker that went away.
+  - 8 StorageError: a failed append is undone, but a flush that fails after the append
+    answers durability-1 waiters with 8 too.
+  - -1 and anything unknown: no promise.
+
+  Calling those "not appended" would make the checker report aborted reads that are
+  not; calling them indeterminate costs nothing but precision (the checker never
+  requires an indeterminate payload to be present or absent).
+"""
+
+import base64
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+
+OK = "ok"
+FAILED = "failed"
+INDETERMINATE = "indeterminate"
+PENDING = "pending"  # begun, not finished: indeterminate for the checker
+OUTCOMES = (OK, FAILED, INDETERMINATE, PENDING)
+
+# Error codes answered only before anything is appended (request validation).
+VALIDATION_CODES = frozenset({2, 3, 5, 6})  # InvalidMessage, WrongPartition, MessageSizeTooLarge, InvalidTopic
+
+FORMAT_VERSION = 1
+
+
+def classify_error(code: int) -> str:
+    """The outcome of an attempt answered with error ``code`` (not 0)."""
+    return FAILED if code in VALIDATION_CODES else INDETERMINATE
+
+
+@dataclass(slots=True)
+class Attempt:
+    id: int
+    producer: object  # the workload's name or number for the producer
+    topic: str
+    partition: int
+    durability: int
+    payloads: tuple  # of bytes, in the order sent
+    start: float
+    broker: object = None  # the broker the request went to
+    retry_of: int | None = None  # the attempt this one repeats (same payloads)
+    end: float | None = None
+    outcome: str = PENDING
+    offset: int | None = None  # ok: where the set was written
+    next_offset: int | None = None  # ok: the log end just after it
+    error: int | None = None  # the wire error code answered, if any
+    exception: str | None = None  # repr of the exception, if one ended it
+
+    @property
+    def may_be_appended(self) -> bool:
+        return self.outcome != FAILED
+
+
+@dataclass(slots=True)
+class Read:
+    reader: object
+    topic: str
+    partition: int
+    offset: int  # where the message starts
+    next_offset: int  # the offset a consumer goes on from
+    payload: bytes
+    time: float
+    broker: object = None
+    role: str | None = None  # "leader", "follower", ... if known
+
+
+@dataclass(slots=True)
+class FinalRead:
+    topic: str
+    partition: int
+    broker: object
+    entries: list  # (offset, next_offset, payload), in log order
+    time: float
+
+
+@dataclass(slots=True)
+class ReplicaLog:
+    topic: str
+    partition: int
+    broker: object
+    data: bytes  # the log's bytes from log_start on
+    high_watermark: int  # the leader's, when the bytes were taken
+    time: float
+    log_start: int = 0
+    role: str | None = None
+
+
+@dataclass(slots=True)
+class Fault:
+    id: int
+    kind: str  # "partition", "isolate", "pause", "kill", ...
+    target: object  # what it hit, e.g. "b1|b2,b3" or a broker id
+    start: float
+    end: float | None = None
+
+
+@dataclass
+class History:
+    seed: object = None
+    meta: dict = field(default_factory=dict)
+    attempts: dict = field(default_factory=dict)  # id -> Attempt, in the order begun
+    reads: list = field(default_factory=list)
+    final_reads: dict = field(default_factory=dict)  # (topic, partition) -> FinalRead
+    replica_logs: list = field(default_factory=list)
+    faults: list = field(default_factory=list)
+
+    def __post_init__(self):
+        self._lock = threading.Lock()
+        self._next_attempt = max(self.attempts, default=0) + 1
+        self._next_fault = max((fault.id for fault in self.faults), default=0) + 1
+
+    # --- produces -----------------------------------------------------------------
+
+    def begin_produce(self, producer, topic: str, partition: int, durability: int, payloads, broker=None,
+                      retry_of: int | None = None, start: float | None = None) -> int:
+        """Record an attempt about to be sent; its id, for ``produce_*`` and ``retry_of``."""
+        if durability not in (0, 1, 2):
+            raise ValueError(f"durability {durability}: 0, 1 or 2")
+        payloads = tuple(bytes(payload) for payload in payloads)
+        start = time.monotonic() if start is None else start
+        with self._lock:
+            if retry_of is not None and retry_of not in self.attempts:
+                raise ValueError(f"retry of unknown attempt {retry_of}")
+            attempt_id = self._next_attempt
+            self._next_attempt += 1
+            self.attempts[attempt_id] = Attempt(attempt_id, producer, topic, partition, durability, payloads,
+                                                start, broker, retry_of)
+        return attempt_id
+
+    def produce_ok(self, attempt_id: int, offset: int, next_offset: int, end: float | None = None) -> None:
+        self._finish(attempt_id, OK, end, offset=offset, next_offset=next_offset, error=0)
+
+    def produce_error(self, attempt_id: int, code: int, end: float | None = None) -> None:
+        """The broker answered error ``code`` (not 0): failed or indeterminate, by ``classify_error``."""
+        if code == 0:
+            raise ValueError("error 0 is an acknowledgement: produce_ok")
+        self._finish(attempt_id, classify_error(code), end, error=int(code))
+
+    def produce_exception(self, attempt_id: int, exc: BaseException | str, end: float | None = None) -> None:
+        """No answer (connection error, timeout, ...): indeterminate."""
+        self._finish(attempt_id, INDETERMINATE, end, exception=exc if isinstance(exc, str) else repr(exc))
+
+    def produce_answered(self, attempt_id: int, ack, end: float | None = None) -> str:
+        """Record a ``responses.ProduceAck`` (or anything with error, offset, next_offset);
+        the outcome."""
+        if ack.error == 0:
+            self.produce_ok(attempt_id, ack.offset, ack.next_offset, end)
+        else:
+            self.produce_error(attempt_id, ack.error, end)
+        return self.attempts[attempt_id].outcome
+
+    def _finish(self, attempt_id: int, outcome: str, end, **fields) -> None:
+        end = time.monotonic() if end is None else end
+        with self._lock:
+            attempt = self.attempts[attempt_id]
+            if attempt.outcome != PENDING:
+                raise ValueError(f"attempt {attempt_id} already finished ({attempt.outcome})")
+            attempt.outcome = outcome
+            attempt.end = end
+            for name, value in fields.items():
+                setattr(attempt, name, value)
+
+    # --- reads --------------------------------------------------------------------
+
+    def record_read(self, reader, topic: str, partition: int, offset: int, next_offset: int, payload: bytes,
+                    broker=None, role: str | None = None, at: float | None = None) -> None:
+        read = Read(reader, topic, partition, offset, next_offset, bytes(payload),
+                    time.monotonic() if at is None else at, broker, role)
+        with self._lock:
+            self.reads.append(read)
+
+    def record_fetch(self, reader, topic: str, partition: int, fetch_offset: int, payloads, next_offsets,
+                     broker=None, role: str | None = None, at: float | None = None) -> None:
+        """Every message of one fetch answer, as ``decode_messages(data, fetch_offset)``
+        gives them: each starts where the previous one's next offset is (uncompressed
+        messages, which is what the workload sends)."""
+        at = time.monotonic() if at is None else at
+        reads = []
+        offset = fetch_offset
+        for payload, next_offset in zip(payloads, next_offsets):
+            reads.append(Read(reader, topic, partition, offset, next_offset, bytes(payload), at, broker, role))
+            offset = next_offset
+        with self._lock:
+            self.reads.extend(reads)
+
+    def record_final_read(self, topic: str, partition: int, broker, entries, at: float | None = None) -> None:
+        """The final full read of a partition: ``entries`` are (offset, next_offset, payload)."""
+        final = FinalRead(topic, partition, broker, [(int(o), int(n), bytes(p)) for o, n, p in entries],
+                          time.monotonic() if at is None else at)
+        with self._lock:
+            self.final_reads[(topic, partition)] = final
+
+    def record_final_messages(self, topic: str, partition: int, broker, start_offset: int, payloads, next_offsets,
+                              at: float | None = None) -> None:
+        """The final read from decoded fetches: payloads and next offsets from ``start_offset`` on."""
+        entries = []
+        offset = start_offset
+        for payload, next_offset in zip(payloads, next_offsets):
+            entries.append((offset, next_offset, payload))
+            offset = next_offset
+        self.record_final_read(topic, partition, broker, entries, at)
+
+    def record_replica_log(self, topic: str, partition: int, broker, data: bytes, high_watermark: int,
+                           log_start: int = 0, role: str | None = None, at: float | None = None) -> None:
+        replica = ReplicaLog(topic, partition, broker, bytes(data), int(high_watermark),
+                             time.monotonic() if at is None else at, log_start, role)
+        with self._lock:
+            self.replica_logs.append(replica)
+
+    # --- faults -------------------------------------------------------------------
+
+    def begin_fault(self, kind: str, target, start: float | None = None) -> int:
+        start = time.monotonic() if start is None else start
+        with self._lock:
+            fault = Fault(self._next_fault, kind, target, start)
+            self._next_fault += 1
+            self.faults.append(fault)
+        return fault.id
+
+    def end_fault(self, fault_id: int, end: float | None = None) -> None:
+        end = time.monotonic() if end is None else end
+        with self._lock:
+            for fault in self.faults:
+                if fault.id == fault_id:
+                    fault.end = end
+                    return
+        raise KeyError(fault_id)
+
+    def record_fault(self, kind: str, target, start: float, end: float | None = None) -> int:
+        """A fault whose start and end are known already."""
+        fault_id = self.begin_fault(kind, target, start)
+        if end is not None:
+            self.end_fault(fault_id, end)
+        return fault_id
+
+    # --- JSON lines ---------------------------------------------------------------
+
+    def save(self, path) -> None:
+        """Write the history as JSON lines (one record each; bytes in base64)."""
+        with self._lock, open(path, "w", encoding="utf-8") as file:
+            def put(record):
+                file.write(json.dumps(record, separators=(",", ":")))
+                file.write("\n")
+
+            put({"type": "header", "version": FORMAT_VERSION, "seed": self.seed, "meta": self.meta})
+            for attempt in self.attempts.values():
+                record = asdict(attempt)
+                record["payloads"] = [_b64(payload) for payload in attempt.payloads]
+                put({"type": "attempt", **record})
+            for read in self.reads:
+                put({"type": "read", **asdict(read), "payload": _b64(read.payload)})
+            for final in self.final_reads.values():
+                put({"type": "final", "topic": final.topic, "partition": final.partition, "broker": final.broker,
+                     "time": final.time, "entries": [[o, n, _b64(p)] for o, n, p in final.entries]})
+            for replica in self.replica_logs:
+                put({"type": "replica", **asdict(replica), "data": _b64(replica.data)})
+            for fault in self.faults:
+                put({"type": "fault", **asdict(fault)})
+
+    @classmethod
+    def load(cls, path) -> "History":
+        history = cls()
+        with open(path, encoding="utf-8") as file:
+            for number, line in enumerate(file, 1):
+                if not line.strip():
+                    continue
+                record = json.loads(line)
+                kind = record.pop("type")
+                if kind == "header":
+                    if record.get("version") != FORMAT_VERSION:
+                        raise ValueError(f"{path}: format version {record.get('version')}, not {FORMAT_VERSION}")
+                    history.seed, history.meta = record.get("seed"), record.get("meta") or {}
+                elif kind == "attempt":
+                    record["payloads"] = tuple(_unb64(payload) for payload in record["payloads"])
+                    history.attempts[record["id"]] = Attempt(**record)
+                elif kind == "read":
+                    record["payload"] = _unb64(record["payload"])
+                    history.reads.append(Read(**record))
+                elif kind == "final":
+                    entries = [(o, n, _unb64(p)) for o, n, p in record["entries"]]
+                    final = FinalRead(record["topic"], record["partition"], record["broker"], entries, record["time"])
+                    history.final_reads[(final.topic, final.partition)] = final
+                elif kind == "replica":
+                    record["data"] = _unb64(record["data"])
+                    history.replica_logs.append(ReplicaLog(**record))
+                elif kind == "fault":
+                    history.faults.append(Fault(**record))
+                else:
+                    raise ValueError(f"{path}:{number}: unknown record type {kind!r}")
+        history.__post_init__()
+        return history
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.b64decode(text)
