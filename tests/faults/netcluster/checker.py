@@ -128,6 +128,19 @@ class Report:
     def divergent(self) -> int:
         return self.total.divergent_reads + self.total.divergent_replicas
 
+    @property
+    def duplicated(self) -> tuple:
+        """(explained, unexplained) extra copies in the final reads."""
+        return self.total.duplicated_explained, self.total.duplicated_unexplained
+
+    @property
+    def order_violations(self) -> int:
+        return self.total.order_violations
+
+    @property
+    def aborted_reads(self) -> int:
+        return self.total.aborted_reads
+
     def failures(self) -> dict:
         """Failure kind -> count, for the kinds that are non-zero."""
         counts = {LOST: self.total.lost[2], DIVERGENT_READS: self.total.divergent_reads,
@@ -167,7 +180,9 @@ class Report:
         for row in rows:
             lines.append("  ".join(cell.rjust(width) if i else cell.ljust(width)
                                    for i, (cell, width) in enumerate(zip(row, widths))))
-        lines.append("(lost d0/d1 are the price of the weaker acknowledgements, not failures)")
+        lines.append("(acked and lost count payloads; lost d0/d1 are the price of the weaker acknowledgements, not "
+                     "failures; divergent: offsets read two ways / replica pairs differing below the HW or short logs; "
+                     "dup: extra copies in the final read)")
         lines.append("faults: " + (", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())) or "none"))
         return "\n".join(lines)
 

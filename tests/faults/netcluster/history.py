@@ -23,6 +23,9 @@ What is recorded:
   disk with the leader's high watermark taken at that moment.
 - **Faults** (``Fault``): kind, target, start and end; the run's ``seed``; free ``meta``.
 
+Names (producers, readers, brokers, fault targets) are ints or strings: they go through
+JSON unchanged (a tuple would come back a list) and the checker uses them as keys.
+
 The outcome of an attempt (``classify_error`` and the ``produce_*`` methods):
 
 - ``ok``: the broker acknowledged it (error 0), with the ack's offset and next offset.
