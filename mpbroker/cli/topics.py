@@ -27,14 +27,12 @@ few brokers for the replication factor; 3 no ZooKeeper server answered within
 """
 
 import argparse
-import socket
-import struct
 import sys
 
 from mpbroker.cli.failure import fail
-from mpbroker.codec import requests as rq
-from mpbroker.codec import responses
-from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
+from mpbroker.clients.core.errors import ClientError
+from mpbroker.codec.errors import InvalidTopicError, MPBrokerError
 from mpbroker.registry import layout, topic_admin
 from mpbroker.registry.layout import LayoutError
 from mpbroker.registry.replication import PlacementError
@@ -87,26 +85,15 @@ def _describe_lines(partitions, only_under_replicated: bool, high_watermark=lamb
 
 def _high_watermark(client, info):
     """The leader's latest offset for consumers (its high watermark), or None."""
+    timeout_ms = int(HIGH_WATERMARK_TIMEOUT_S * 1000)
     try:
         value, _ = client.get(layout.broker_path(info.state.leader))
         broker = layout.parse_broker(info.state.leader, value)
-        with socket.create_connection((broker.host, broker.port), timeout=HIGH_WATERMARK_TIMEOUT_S) as sock:
-            sock.sendall(rq.encode_offsets(info.topic, info.partition, -1, 1))
-            head = _receive(sock, 4)
-            error, offsets = responses.decode_offsets(_receive(sock, struct.unpack(">i", head)[0]))
-    except (*ZK_ERRORS, LayoutError, OSError, ValueError):
+        with SimpleConsumer(broker.host, broker.port, socket_timeout_ms=timeout_ms,
+                            connect_timeout_ms=timeout_ms) as consumer:
+            return consumer.latest_offset(info.topic, info.partition)
+    except (*ZK_ERRORS, LayoutError, ClientError, MPBrokerError, OSError, IndexError):
         return None
-    return offsets[0] if not error and offsets else None
-
-
-def _receive(sock, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 def _run(client, args, out) -> int:
