@@ -37,6 +37,7 @@ def test_isolating_a_leader_under_load_loses_no_acknowledged_write(netcluster, n
     with workload:
         time.sleep(BEFORE_S)
         leader = cluster.leader(TOPIC, 0)
+        assert leader is not None, f"no leader of {TOPIC}-0 to isolate\n{cluster.log_tails()}"
         fault = history.begin_fault("isolate", leader)
         schedule.append(f"{time.monotonic() - started:.1f}s isolate broker {leader} (leader of {TOPIC}-0)")
         network.isolate(cluster.broker_node(leader))
@@ -48,6 +49,7 @@ def test_isolating_a_leader_under_load_loses_no_acknowledged_write(netcluster, n
         time.sleep(AFTER_S)
     schedule.append(f"{time.monotonic() - started:.1f}s workload stopped")
     workload.finish(history)
+    history.meta["schedule"] = schedule
     path = tmp_path / "history.jsonl"
     history.save(path)
     report = check(history)
