@@ -270,7 +270,7 @@ class Supervisor:
         if child.role in ("registrar", "metrics"):
             return
         if child.role == "acceptor":
-            if self.roles.topics:
+            if self.roles.known:
                 child.channel.send(Op.ROLES, topics=self.roles.topics)
             if not self._accepting:
                 self._accepting = True

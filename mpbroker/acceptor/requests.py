@@ -60,6 +60,9 @@ class RequestHandlers:
         self._create_topic = create_topic  # callable(topic, partitions): ask the registrar for a replicated topic
         self._creating = {}  # topic -> time.monotonic() it was asked for
         self.replicated = {}  # replicated topic -> partition count (the registrar's, via the supervisor)
+        # Until the first ``roles`` message (a broker just started, with ZooKeeper), which
+        # topics are replicated is not known: see ``_served_replicated``.
+        self.roles_known = not config.enable_zookeeper
         self._replica = replica_requests
         self._counters = counters  # the acceptor's CounterTable row
         self._files = segment_files
@@ -113,6 +116,7 @@ class RequestHandlers:
         """The replicated topics changed: no route of theirs stays cached (the fast path
         would skip the leader check)."""
         self.replicated = topics
+        self.roles_known = True
         self._routes = {key: route for key, route in self._routes.items()
                         if key[0].decode("ascii") not in topics}
 
@@ -133,7 +137,7 @@ class RequestHandlers:
             partition = random.randrange(count)
         elif not 0 <= partition < count:
             raise ValueError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
-        if topic in self.replicated:  # checked at every produce; the worker checks again
+        if self._served_replicated(topic, partition):  # checked at every produce; the worker checks again
             if self._files.role(topic, partition) != Role.LEADER:
                 raise NotLeaderError(f"this broker does not lead {topic}-{partition}")
             return topic_bytes, partition, self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
@@ -145,6 +149,17 @@ class RequestHandlers:
             if len(self._routes) < 1_000_000:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
+
+    def _served_replicated(self, topic: str, partition: int) -> bool:
+        """Whether the partition is served as a replica: only its leader takes produces
+        and answers reads, up to the high watermark. Once the registrar's first ``roles``
+        came, that is its topics; before (a restarted broker whose registrar has not read
+        ZooKeeper yet), any partition with leader epochs on disk, so that a former leader
+        neither takes produces the 0.7 way (acknowledged with no replica) nor serves
+        bytes past the high watermark in the moment after its restart."""
+        if topic in self.replicated:
+            return True
+        return not self.roles_known and self._files.has_leader_epochs(topic, partition)
 
     def _auto_replicated(self, topic: str) -> bool:
         """A produce to a topic no worker has, on a broker that creates topics with
@@ -203,7 +218,7 @@ class RequestHandlers:
         """``(error, FileRange or None)`` for one fetch."""
         if not 0 <= partition < self._partition_count(topic):
             return ErrorCode.WRONG_PARTITION, None
-        if topic in self.replicated and self._files.role(topic, partition) != Role.LEADER:
+        if self._served_replicated(topic, partition) and self._files.role(topic, partition) != Role.LEADER:
             return ErrorCode.NOT_LEADER, None  # (also while a respawned worker has not had its roles yet)
         return self._files.fetch(topic, partition, offset, max_size)
 
@@ -237,7 +252,8 @@ class RequestHandlers:
     def _offsets(self, request) -> bytes:
         if not 0 <= request.partition < self._partition_count(request.topic):
             return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
-        if request.topic in self.replicated and self._files.role(request.topic, request.partition) != Role.LEADER:
+        if self._served_replicated(request.topic, request.partition) \
+                and self._files.role(request.topic, request.partition) != Role.LEADER:
             return responses.offsets_response(ErrorCode.NOT_LEADER, [])
         error, offsets = self._files.offsets(request.topic, request.partition, request.time, request.max_offsets)
         return responses.offsets_response(error, offsets)

@@ -29,7 +29,7 @@ from mpbroker.ipc.partition_table import Role, TornEntryError
 from mpbroker.ownership import owner_slot
 from mpbroker.segments.leader_epochs import UNDEFINED, LeaderEpochs
 from mpbroker.segments.log_view import locate
-from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
+from mpbroker.segments.naming import LEADER_EPOCH_FILE, list_segment_bases, partition_dir_name, segment_file_name
 from mpbroker.segments.offsets import offsets_before
 
 _PATIENCE_WITH_FALLBACK_S = 0.002
@@ -141,6 +141,11 @@ class SegmentFiles:
             for slot in range(len(self._tables)):
                 self._index(slot)
         return topic in self._topics
+
+    def has_leader_epochs(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log has a leader-epoch file (it was replicated)."""
+        view = self._view(topic, partition)
+        return view is not None and os.path.exists(os.path.join(view.directory, LEADER_EPOCH_FILE))
 
     def _state(self, view):
         """The partition's published state. If its writer died mid-update (until the

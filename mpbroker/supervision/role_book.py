@@ -4,7 +4,8 @@ handed to the processes that act on them.
 The registrar sends ``roles`` messages with what changed; the supervisor keeps the
 latest entry of each partition and the replicated topics, so that a respawned worker
 gets its partitions' roles (and a respawned acceptor the topics) as soon as it is
-ready, without asking ZooKeeper. Each worker gets only the partitions it owns
+ready, without asking ZooKeeper. The first topics, even none, always go to the
+acceptor: until then it serves no partition that has leader epochs on disk. Each worker gets only the partitions it owns
 (``ownership.owner_slot``): the one-owner-per-partition rule holds for replication
 too.
 """
@@ -16,15 +17,16 @@ class RoleBook:
     def __init__(self, num_workers: int):
         self.num_workers = num_workers
         self.topics = {}  # replicated topic -> partition count
+        self.known = False  # a roles message with the topics came (the acceptor waits for one)
         self.partitions = {}  # (topic, partition) -> the registrar's entry
         self.seq = 0  # the number of the last complete roles message
 
     def apply(self, message: dict) -> tuple:
         """Record a ``roles`` message; ``(topics changed?, {worker slot: [entries]})``."""
         topics_changed = False
-        if "topics" in message and message["topics"] != self.topics:
+        if "topics" in message and (message["topics"] != self.topics or not self.known):
             self.topics = dict(message["topics"])
-            topics_changed = True
+            self.known = topics_changed = True
         by_slot = {}
         for entry in message.get("partitions", ()):
             key = (entry["topic"], entry["partition"])

@@ -1,0 +1,94 @@
+"""A leader killed and started again: the requests that reach it while it starts, before
+its registrar has read its replica roles from ZooKeeper.
+
+Found by the fault schedules (``tests/faults/netcluster``, seeds 249103477 and
+161042648): a restarted broker's listening socket takes connections from its first
+moments, and its acceptor used to answer what waited there before the first ``roles``
+message came, as for a topic without replicas: produces appended at its log end and
+acknowledged (durability 1 and 2 alike) by a broker that no longer led, fetches served
+past the high watermark. The new leader's epoch then cut those bytes away (lost
+acknowledged writes) or, below the new epoch's start, left them in the old epoch where
+the other replicas hold different bytes (a message that fails its CRC check in the
+final read). Until its first roles, a broker now serves no partition with leader
+epochs on disk.
+"""
+
+import socket
+import threading
+import time
+
+from mpbroker.codec import requests as rq
+from mpbroker.codec import responses
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.registry import topic_admin
+from mpbroker.registry.zk_client import close_client, start_client
+from mpbroker.testing.local_zookeeper import free_port
+from tests.clients.helpers import wait_for
+from tests.replication.cluster import (
+    BROKER_IDS,
+    SESSION_MS,
+    check_read_back,
+    leader_port,
+    message_set,
+    produce_until_acked,
+    receive_answer,
+    state,
+    wait_identical,
+)
+
+
+def connect_while_starting(port: int, timeout: float = 30.0) -> socket.socket:
+    """A connection to the port as soon as anything listens there."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=30)
+        except OSError:
+            assert time.monotonic() < deadline, f"nothing listens on port {port}"
+            time.sleep(0.01)
+
+
+def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_factory, zk_connect):
+    brokers = {i: broker_factory(f"b{i}", brokerid=i, port=free_port(), enable_zookeeper="true", zk_connect=zk_connect,
+                                 zk_sessiontimeout_ms=SESSION_MS, replica_lag_time_max_ms=3000, min_insync_replicas=2)
+               for i in BROKER_IDS}  # fixed ports: the restarted broker listens where it did
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        topic_admin.create_topic(client, "r", 1, 3)
+        acked = []
+        leader, _ = produce_until_acked(client, brokers, "r", 0, [b"before 0"])
+        acked.append(b"before 0")
+        for index in range(1, 20):
+            produce_until_acked(client, brokers, "r", 0, [f"before {index}".encode()])
+            acked.append(f"before {index}".encode())
+        wait_for(lambda: set(state(client, "r", 0).isr) == set(BROKER_IDS), 30, what="a full ISR")
+        restarted = brokers[leader]
+        port = restarted.port
+        restarted.kill_tree()
+        # Its registration outlives it by a session: the new process waits for that,
+        # its listening socket open; what is sent now is read when its acceptor starts.
+        starting = threading.Thread(target=restarted.start, daemon=True)
+        starting.start()
+        late = {}
+        for durability in (1, 2):
+            sock = late[durability] = connect_while_starting(port)
+            sock.sendall(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
+        starting.join(60)
+        assert not starting.is_alive(), "the broker did not start again"
+        answers = {durability: responses.decode_produce_ack(receive_answer(sock)) for durability, sock in late.items()}
+        for sock in late.values():
+            sock.close()
+        print(f"restarted broker {leader}: late produces answered {answers}")
+        for durability, answer in answers.items():
+            assert answer.error == ErrorCode.NOT_LEADER, \
+                f"durability {durability} sent to the restarting former leader: {answer}\n{restarted.output()[-3000:]}"
+        # The cluster goes on: a new leader acknowledges, the restarted broker catches up,
+        # everything acknowledged reads back and the three logs end identical.
+        produce_until_acked(client, brokers, "r", 0, [b"after"])
+        acked.append(b"after")
+        wait_for(lambda: set(state(client, "r", 0).isr) == set(BROKER_IDS), 30, what="the ISR full again")
+        _, leader_now = leader_port(client, brokers, "r", 0)
+        check_read_back(leader_now, "r", acked)
+        wait_identical(list(brokers.values()), "r")
+    finally:
+        close_client(client)
