@@ -7,6 +7,7 @@ ZooKeeper node with three broker nodes on it, for faults between servers."""
 import pytest
 
 from tests.faults.netcluster import NetCluster, start_network_or_skip
+from tests.faults.power_cut import NoCompiler, build_shim
 
 
 def pytest_collection_modifyitems(items):
@@ -28,3 +29,12 @@ def netcluster(network, tmp_path):
     """ZooKeeper and brokers 1-3, each in a node of ``network``; killed at the end."""
     with NetCluster(network, tmp_path / "netcluster") as cluster:
         yield cluster
+
+
+@pytest.fixture(scope="session")
+def shim_library(tmp_path_factory):
+    """The power-cut recording shim (tests/faults/power_cut/shim.c), built once."""
+    try:
+        return build_shim(str(tmp_path_factory.mktemp("power-cut-shim")))
+    except NoCompiler as exc:  # gcc is part of every machine we run on: never pass silently without it
+        pytest.fail(f"the power-cut shim cannot be built: {exc}")

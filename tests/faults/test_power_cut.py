@@ -36,7 +36,7 @@ import pytest
 from tests.broker.harness import BrokerProcess
 from tests.broker.load import AckedLoad, read_everything
 from tests.broker.test_faults import all_flushed, assert_logs_valid
-from tests.faults.power_cut import CutMode, NoCompiler, PowerCutRig, UnsupportedEvent, build_shim
+from tests.faults.power_cut import CutMode, PowerCutRig, UnsupportedEvent
 from tests.faults.power_cut.events import DirectorySynced, FileSynced, read_events
 from tests.faults.power_cut.fire_and_forget import FireAndForgetLoad
 from tests.faults.power_cut.model import MAX_GARBAGE
@@ -47,14 +47,6 @@ CYCLES = int(os.environ.get("MPBROKER_POWER_CUT_CYCLES", "60"))  # about a minut
 MODES = os.environ.get("MPBROKER_POWER_CUT_MODES", "strict,random")  # which cut modes the cycles use
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIRECTORY = "<directory>"
-
-
-@pytest.fixture(scope="module")
-def shim_library(tmp_path_factory):
-    try:
-        return build_shim(str(tmp_path_factory.mktemp("power-cut-shim")))
-    except NoCompiler as exc:  # gcc is part of every machine we run on: never pass silently without it
-        pytest.fail(f"the power-cut shim cannot be built: {exc}")
 
 
 def run_under_shim(rig, *arguments) -> str:

@@ -11,6 +11,11 @@ address, and register theirs, so followers fetch from their leaders across the b
 The brokers' control sockets are unix sockets in their log directories, so their
 status is read from here whatever the network does.
 
+With a ``shim_library`` (``tests/faults/power_cut``), every broker runs under the
+power-cut shim, its log directory watched by a ``PowerCutRig`` of its own, and
+``power_cut`` kills a broker and leaves its log directory as a power cut would have
+(what no fsync covered is dropped).
+
 The wire and ZooKeeper helpers are ``tests/replication/cluster.py``'s, given the
 brokers' hosts. Settings as in the replication tests: ``zk.sessiontimeout.ms`` 4000,
 ``min.insync.replicas`` 2, ``replica.lag.time.max.ms`` 1500.
@@ -24,6 +29,7 @@ from mpbroker.registry.replication import NO_LEADER
 from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.testing.local_zookeeper import ZooKeeperServer
 from tests.broker.harness import BrokerProcess, wait_dead
+from tests.faults.power_cut import CutMode, PowerCutRig
 from tests.polling import wait_for
 from tests.replication import cluster as replicated
 
@@ -40,8 +46,9 @@ BROKER_SETTINGS = {"enable_zookeeper": "true", "zk_sessiontimeout_ms": SESSION_M
 
 
 class NetCluster:
-    def __init__(self, network: Network, directory, broker_ids=BROKER_IDS, **properties):
+    def __init__(self, network: Network, directory, broker_ids=BROKER_IDS, shim_library=None, **properties):
         self.network = network
+        self.shim_library = shim_library
         self.directory = str(directory)
         self.broker_ids = tuple(broker_ids)
         self.properties = {**BROKER_SETTINGS, **properties}
@@ -49,6 +56,7 @@ class NetCluster:
         self.brokers = {}  # id -> BrokerProcess
         self.nodes = {}  # ZOOKEEPER or broker id -> Node
         self.client = None  # kazoo, in the root namespace
+        self.rigs = {}  # broker id -> PowerCutRig, with a shim_library
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -61,8 +69,13 @@ class NetCluster:
                 node = self.nodes[broker_id] = self.network.add_node(f"b{broker_id}")
                 directory = os.path.join(self.directory, f"b{broker_id}")
                 os.makedirs(directory, exist_ok=True)
+                environment = None
+                if self.shim_library is not None:
+                    rig = self.rigs[broker_id] = PowerCutRig(os.path.join(directory, "logs"), directory + "-power-cut",
+                                                             self.shim_library)
+                    environment = rig.environment()
                 self.brokers[broker_id] = BrokerProcess(
-                    directory, wrapper=node.wrapper, hostname=node.address, brokerid=broker_id,
+                    directory, env=environment, wrapper=node.wrapper, hostname=node.address, brokerid=broker_id,
                     zk_connect=self.zookeeper.hosts, **self.properties)
             for broker in self.brokers.values():
                 broker.start()
@@ -107,6 +120,14 @@ class NetCluster:
         if server is not None and server.process is not None:
             server.process.wait(10)
         wait_dead(pids)
+
+    def power_cut(self, broker_id: int, rng, mode: CutMode = CutMode.RANDOM):
+        """Kill the broker and drop what no fsync covered in its log directory (the
+        cluster needs a ``shim_library``): the model's ``CutReport``."""
+        if broker_id not in self.rigs:
+            raise RuntimeError("power cuts need the cluster started with a shim_library")
+        self.kill(broker_id)
+        return self.rigs[broker_id].cut(mode, rng)
 
     def pause(self, member) -> list:
         """SIGSTOP every process in the member's node; the pids stopped."""

@@ -1,0 +1,121 @@
+"""The nemesis: applies a ``Schedule``'s steps to a running ``NetCluster`` and records
+each fault in the ``History``.
+
+Owns the mapping from a step (a kind and a role, ``schedule``) to what is done to the
+network and the processes, and the heal after each hold. A step's target is resolved
+when it runs: the partition's leader as ZooKeeper names it then (a broker picked by the
+step's index when there is none), a follower by the step's index among the others.
+Every step ends healed: blackhole routes removed and links up (``Network.heal``),
+paused processes resumed, killed ones restarted. ``run`` returns one line per applied
+step, with the time since the start, for the run's report.
+"""
+
+import random
+import time
+
+from .cluster import ZOOKEEPER
+
+
+class Nemesis:
+    def __init__(self, cluster, network, history, topic: str, log=None):
+        self.cluster = cluster
+        self.network = network
+        self.history = history
+        self.topic = topic
+        self.log = log or (lambda line: None)
+        self.applied = []  # one line per step, as run
+
+    def run(self, schedule, started: float) -> list:
+        for step in schedule.steps:
+            line = self.apply(step)
+            self.applied.append(f"{time.monotonic() - started:6.1f}s {line}")
+            self.log(self.applied[-1])
+            time.sleep(step.gap_s)
+        return self.applied
+
+    # --- one step ---------------------------------------------------------------------
+
+    def apply(self, step) -> str:
+        """Apply, hold and heal one step: a line saying what was done."""
+        leader, follower = self._targets(step)
+        broker = follower if step.role == "follower" else leader
+        if step.kind == "isolate":
+            return self._network_fault(step, f"b{broker}", lambda: self.network.isolate(self._node(broker)),
+                                       f"isolated broker {broker} ({step.role})")
+        if step.kind == "cut_zookeeper":
+            return self._network_fault(step, f"b{broker}|zk",
+                                       lambda: self.network.partition([self._node(broker)], [self._node(ZOOKEEPER)]),
+                                       f"cut broker {broker} ({step.role}) from ZooKeeper")
+        if step.kind == "split_leader_zookeeper":
+            others = [b for b in self.cluster.broker_ids if b != leader]
+            return self._network_fault(step, f"b{leader},zk|" + ",".join(f"b{b}" for b in others),
+                                       lambda: self.network.partition([self._node(leader), self._node(ZOOKEEPER)],
+                                                                      [self._node(b) for b in others]),
+                                       f"split leader {leader} and ZooKeeper from brokers {others}")
+        if step.kind == "one_way":
+            peers = [*(b for b in self.cluster.broker_ids if b != leader), ZOOKEEPER]
+            peer = peers[step.pick % len(peers)]
+            source, destination = (leader, peer) if step.direction == "from" else (peer, leader)
+            name = {source: _name(source), destination: _name(destination)}
+            return self._network_fault(step, f"{name[source]}->{name[destination]}",
+                                       lambda: self.network.drop_one_way(self._node(source), self._node(destination)),
+                                       f"dropped packets from {name[source]} to {name[destination]} "
+                                       f"(leader {leader})")
+        if step.kind == "link_down":
+            return self._network_fault(step, f"b{broker}", lambda: self.network.link_down(self._node(broker)),
+                                       f"took the link of broker {broker} ({step.role}) down")
+        if step.kind in ("pause", "pause_zookeeper"):
+            member = ZOOKEEPER if step.kind == "pause_zookeeper" else broker
+            fault = self.history.begin_fault(step.kind, _name(member))
+            self.cluster.pause(member)
+            time.sleep(step.hold_s)
+            self.cluster.resume(member)
+            self.history.end_fault(fault)
+            return f"paused {_name(member)} ({step.role}) for {step.hold_s:.1f} s"
+        if step.kind in ("kill", "kill_zookeeper", "power_cut"):
+            member = ZOOKEEPER if step.kind == "kill_zookeeper" else broker
+            fault = self.history.begin_fault(step.kind, _name(member))
+            detail = ""
+            if step.kind == "power_cut":
+                report = self.cluster.power_cut(member, random.Random(step.cut_seed))
+                detail = f" ({report.summary()})"
+            else:
+                self.cluster.kill(member)
+            time.sleep(step.hold_s)
+            restarted = time.monotonic()
+            self.cluster.restart(member)
+            self.history.end_fault(fault)
+            verb = "power-cut" if step.kind == "power_cut" else "killed"
+            return (f"{verb} {_name(member)} ({step.role}){detail}, down {step.hold_s:.1f} s, "
+                    f"ready {time.monotonic() - restarted:.1f} s after its restart")
+        raise ValueError(f"unknown fault kind {step.kind!r}")
+
+    def _network_fault(self, step, target: str, apply, what: str) -> str:
+        fault = self.history.begin_fault(step.kind, target)
+        try:
+            apply()
+            time.sleep(step.hold_s)
+        finally:
+            self.network.heal()
+            self.history.end_fault(fault)
+        return f"{what} for {step.hold_s:.1f} s"
+
+    def _targets(self, step) -> tuple:
+        """``(leader, follower)`` of the step's partition now (a broker picked by the
+        step's index stands in for a leader while there is none)."""
+        brokers = list(self.cluster.broker_ids)
+        try:
+            leader = self.cluster.leader(self.topic, step.partition)
+        except Exception:  # noqa: BLE001 - ZooKeeper unreachable for a moment: pick one
+            leader = None
+        if leader is None:
+            leader = brokers[step.pick % len(brokers)]
+        others = [b for b in brokers if b != leader]
+        return leader, others[step.pick % len(others)]
+
+    def _node(self, member):
+        return self.cluster.node(member)
+
+
+def _name(member) -> str:
+    return "ZooKeeper" if member == ZOOKEEPER else f"b{member}"
