@@ -1,6 +1,7 @@
 """The controller's decisions for one partition (mpbroker.registrar.leader_election):
 first states, a dead leader replaced from the ISR only, an ISR shrinking, going offline
-with the ISR kept, the ISR member coming back, and unclean election when asked for."""
+with the ISR kept, the ISR member coming back, unclean election when asked for, and
+bounced brokers (registered again unseen: a failure and a startup)."""
 
 from mpbroker.registrar.leader_election import first_state, next_state
 from mpbroker.registry.replication import NO_LEADER, PartitionState
@@ -32,3 +33,31 @@ def test_never_a_replica_outside_the_isr_unless_unclean():
     assert next_state(offline, REPLICAS, {1, 3}, 6) is None  # stays offline
     assert next_state(offline, REPLICAS, {1, 2, 3}, 7) == PartitionState(2, 6, (2,), 7)  # 2 is back
     assert next_state(state, REPLICAS, {1, 3}, 6, unclean=True) == PartitionState(3, 5, (3,), 6)
+
+
+def test_a_bounced_leader_hands_over_to_the_next_live_isr_member_and_leaves_the_isr():
+    state = PartitionState(2, 4, (2, 3, 1), 5)
+    assert next_state(state, REPLICAS, {1, 2, 3}, 6, bounced={2}) == PartitionState(3, 5, (3, 1), 6)
+    assert next_state(state, REPLICAS, {1, 2}, 6, bounced={2}) == PartitionState(1, 5, (1,), 6)  # 3 is dead
+    assert next_state(state, REPLICAS, {1, 2, 3}, 6, bounced={2, 3}) == PartitionState(1, 5, (1,), 6)
+
+
+def test_a_bounced_follower_leaves_the_isr_and_the_leader_stays():
+    state = PartitionState(2, 4, (2, 3, 1), 5)
+    assert next_state(state, REPLICAS, {1, 2, 3}, 6, bounced={3}) == PartitionState(2, 5, (2, 1), 6)
+    assert next_state(state, REPLICAS, {1, 2}, 6, bounced={3}) == PartitionState(2, 5, (2, 1), 6)  # dead anyway
+    # Bounced but outside the ISR: nothing to do (it rejoins once caught up).
+    assert next_state(PartitionState(2, 4, (2, 1), 5), REPLICAS, {1, 2, 3}, 6, bounced={3}) is None
+
+
+def test_a_bounced_broker_that_is_the_only_live_isr_member_leads_again_at_a_new_epoch():
+    state = PartitionState(2, 4, (2, 3), 5)  # 3 died unseen too, or is dead now
+    assert next_state(state, REPLICAS, {1, 2}, 6, bounced={2}) == PartitionState(2, 5, (2,), 6)
+    assert next_state(PartitionState(2, 4, (2,), 5), REPLICAS, {1, 2, 3}, 6, bounced={2}) == PartitionState(
+        2, 5, (2,), 6)
+    # Every live ISR member bounced: the first in the assignment's order, the ISR kept.
+    assert next_state(PartitionState(2, 4, (2, 1), 5), REPLICAS, {1, 2}, 6, bounced={1, 2}) == PartitionState(
+        2, 5, (2, 1), 6)
+    # An offline partition whose ISR member came back (registered after the state): elected.
+    offline = PartitionState(NO_LEADER, 5, (2,), 6)
+    assert next_state(offline, REPLICAS, {1, 2, 3}, 7, bounced={2}) == PartitionState(2, 6, (2,), 7)
