@@ -22,6 +22,25 @@ produce that finds the new leader is taken the 0.7 way, unreplicated), a new
 leader or a smaller ISR after brokers died, an ISR member elected when the partition
 was offline. Unclean election (a replica outside the ISR) is off unless
 ``unclean.leader.election.enable=true``.
+
+Bounced brokers (Kafka's broker epoch, KIP-380): a broker that was killed and
+started again registers ``/brokers/ids/<id>`` anew; if the controller did not look
+while the id was missing (it looks once per registrar step, and a restarted broker
+registers a few hundred milliseconds after its old session expired; a new controller
+was not looking at all), the set of live ids is the same as before. So the
+controller keeps each live broker's broker epoch, the czxid of its registration
+node, and a broker is bounced for a partition when its czxid changed between two
+rounds, or when it registered after the partition's state was last written (its
+czxid is above the state node's mzxid: whatever that state says about it was said
+about its previous life). A bounced broker is a failure and a startup
+(``leader_election``): it may have lost what it had acknowledged (a power cut takes
+what no fsync covered), so it leaves the ISR and its leaderships go to other ISR
+members, or back to it at a new leader epoch. The brokers hold their side
+(``replica_roles``): a broker does not lead under a state written before its own
+registration. A bounce seen between rounds is applied again until a round has no
+write conflict (a state that changed under the controller is decided again next
+round, and by then the czxid no longer differs); the epochs are read again only
+when the children of ``/brokers/ids`` changed (its pzxid).
 """
 
 import json
@@ -31,9 +50,9 @@ import time
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 
 from mpbroker.registrar.leader_election import first_state, next_state
-from mpbroker.registry import replication
+from mpbroker.registry import layout, replication
 from mpbroker.registry.layout import LayoutError
-from mpbroker.registry.topic_admin import live_brokers, topic_names
+from mpbroker.registry.topic_admin import topic_names
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +66,10 @@ class Controller:
         self.unclean = unclean
         self.epoch = None  # the controller epoch while this broker is the controller
         self._next_round = 0.0
-        self._live = None  # the live brokers of the last round
+        self._live = None  # the live brokers of the last round: broker id -> broker epoch (czxid)
+        self._epochs = (None, {})  # (/brokers/ids's pzxid, broker id -> czxid) as last read
+        self._bounced = set()  # brokers whose czxid changed between rounds, until a round without conflicts
+        self._conflicts = False  # a write of this round found the node changed
         self._seen = set()  # the topics of the last round: only they get first states
 
     @property
@@ -57,8 +79,8 @@ class Controller:
     def step(self) -> None:
         """Once per registrar step: take the controllership if it is free; while holding
         it (checked each step: a controller that lost its node stops at once), run a
-        round when one is due or the live brokers changed. ZooKeeper errors propagate
-        (the registrar retries)."""
+        round when one is due or the live brokers (or their broker epochs) changed.
+        ZooKeeper errors propagate (the registrar retries)."""
         now = time.monotonic()
         if not self.active:
             self._try_to_become_controller()
@@ -66,15 +88,26 @@ class Controller:
                 return
         if not self._still_controller():
             return
-        live = set(live_brokers(self.client))
+        live = self._live_brokers()
         if now < self._next_round and live == self._live:
             return
         self._next_round = now + ROUND_S
+        if self._live is not None:
+            for broker, epoch in sorted(live.items()):
+                if self._live.get(broker, epoch) != epoch:
+                    log.warning("broker %d registered again (broker epoch %d, was %d) without being seen gone "
+                                "(a restart, or a new session): moving its leaderships and taking it out of the "
+                                "ISRs", broker, epoch, self._live[broker])
+                    self._bounced.add(broker)
+        self._bounced = {broker for broker in self._bounced if broker in live}  # a dead one is handled as dead
         self._live = live
+        self._conflicts = False
         topics = topic_names(self.client)
         for topic in topics:  # each topic node read once: _elect skips the 0.7 ones
             self._elect(topic, live, may_start=topic in self._seen)
         self._seen = set(topics)
+        if self.active and not self._conflicts:
+            self._bounced.clear()  # applied everywhere
 
     def resign(self) -> None:
         """Stop acting as the controller (and give the node up if it is ours)."""
@@ -82,6 +115,7 @@ class Controller:
             log.info("no longer the controller (epoch %d)", self.epoch)
         self.epoch = None
         self._live = None
+        self._bounced.clear()
         try:
             value, stat = self.client.get(replication.CONTROLLER)
             if stat.ephemeralOwner == self.client.client_id[0]:
@@ -137,12 +171,32 @@ class Controller:
             log.warning("the /controller node is no longer this session's; resigning")
             self.epoch = None
             self._live = None
+            self._bounced.clear()
             return False
         return True
 
+    def _live_brokers(self) -> dict:
+        """The registered brokers and their broker epochs (the czxid of ``/brokers/ids/<id>``),
+        read again only when a child of ``/brokers/ids`` was created or deleted since."""
+        try:
+            names, stat = self.client.get_children(layout.BROKER_IDS, include_data=True)
+        except NoNodeError:
+            return {}
+        if stat.pzxid == self._epochs[0]:
+            return self._epochs[1]
+        ids = sorted(int(name) for name in names if name.isdigit())
+        results = [self.client.exists_async(layout.broker_path(broker)) for broker in ids]
+        epochs = {}
+        for broker, result in zip(ids, results):
+            node = result.get()
+            if node is not None:  # gone since the listing: the next step sees a new pzxid
+                epochs[broker] = node.czxid
+        self._epochs = (stat.pzxid, epochs)
+        return epochs
+
     # --- one round -------------------------------------------------------------------
 
-    def _elect(self, topic: str, live: set, may_start: bool) -> None:
+    def _elect(self, topic: str, live: dict, may_start: bool) -> None:
         try:
             value, _ = self.client.get(replication.topic_path(topic))
             assignment = replication.parse_assignment(topic, value)
@@ -158,7 +212,7 @@ class Controller:
                 return
             self._elect_partition(topic, partition, replicas, live, may_start)
 
-    def _elect_partition(self, topic: str, partition: int, replicas, live: set, may_start: bool) -> None:
+    def _elect_partition(self, topic: str, partition: int, replicas, live: dict, may_start: bool) -> None:
         path = replication.partition_state_path(topic, partition)
         try:
             value, stat = self.client.get(path)
@@ -172,7 +226,7 @@ class Controller:
                     log.info("%s-%d: leader %d, ISR %s (new partition)", topic, partition, state.leader,
                              list(state.isr))
                 except NodeExistsError:
-                    pass  # written meanwhile: read again next round
+                    self._conflicts = True  # written meanwhile: read again next round
             return
         try:
             current = replication.parse_partition_state(topic, partition, value)
@@ -184,12 +238,17 @@ class Controller:
                         current.controller_epoch, self.epoch)
             self.resign()
             return
-        state = next_state(current, replicas, live, self.epoch, unclean=self.unclean)
+        # Registered after this state was written, or seen registering again: bounced.
+        bounced = {broker for broker in (current.leader, *current.isr)
+                   if broker in live and (broker in self._bounced or live[broker] > stat.mzxid)}
+        state = next_state(current, replicas, live, self.epoch, unclean=self.unclean, bounced=bounced)
         if state is None:
             return
         try:
             self.client.set(path, state.value(), version=stat.version)
         except BadVersionError:
+            self._conflicts = True
             return  # changed since read: decided again next round
-        log.info("%s-%d: leader %d, leader epoch %d, ISR %s (live brokers %s)", topic, partition, state.leader,
-                 state.leader_epoch, list(state.isr), sorted(live))
+        log.info("%s-%d: leader %d, leader epoch %d, ISR %s (live brokers %s%s)", topic, partition, state.leader,
+                 state.leader_epoch, list(state.isr), sorted(live),
+                 f", bounced {sorted(bounced)}" if bounced else "")

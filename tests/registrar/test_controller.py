@@ -1,7 +1,8 @@
 """The controller (mpbroker.registrar.controller) on a real ZooKeeper: one controller
 at a time with a growing epoch, first states for a new topic, failover of leaders when
-a broker's session ends, and a stale controller that can neither overwrite a newer
-state nor keep acting. Then the same with three real brokers: the controller runs in
+a broker's session ends, a stale controller that can neither overwrite a newer
+state nor keep acting, and brokers that registered again unseen (bounced: their
+czxid changed between rounds, or is newer than the state). Then the same with three real brokers: the controller runs in
 a broker's registrar, and SIGKILL of the controller's broker moves both the
 controllership and that broker's leaderships."""
 
@@ -101,7 +102,7 @@ def test_a_stale_controller_cannot_overwrite_a_newer_state(sessions):
     assert replication.parse_partition_state("t", 0, new_session.get(path)[0]) == newer
     # Even acting with its old epoch on a state of the newer controller, it resigns.
     old.epoch = 1
-    old._elect_partition("t", 0, [1, 2], {1}, may_start=True)
+    old._elect_partition("t", 0, [1, 2], {1: old_session.exists(layout.broker_path(1)).czxid}, may_start=True)
     assert not old.active
     assert replication.parse_partition_state("t", 0, new_session.get(path)[0]) == newer
 
@@ -131,6 +132,90 @@ def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessi
     wait_for(lambda: len(topic_admin.live_brokers(observer)) == 3, 10, what="the leader back")
     controller.step()
     assert states(observer, "t", 1)[0] == PartitionState(leader, 3, (leader,), 1)
+
+
+def bounce(sessions, by_id: dict, broker_id: int, observer) -> None:
+    """Broker ``broker_id`` dies and registers again before any controller looks."""
+    close_client(by_id[broker_id])
+    wait_for(lambda: not observer.exists(layout.broker_path(broker_id)), 10, what=f"broker {broker_id} gone")
+    by_id[broker_id] = sessions(broker_id)
+
+
+def test_a_broker_registered_again_between_rounds_is_bounced(sessions):
+    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
+    observer = sessions(9)  # the controller's broker, not a replica
+    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3], 1: [2, 1, 3]}),
+                    makepath=True)
+    controller = Controller(observer, 9)
+    controller.step()
+    next_round(controller)
+    assert states(observer, "t", 2) == [PartitionState(1, 0, (1, 2, 3), 1), PartitionState(2, 0, (2, 1, 3), 1)]
+    bounce(sessions, by_id, 1, observer)
+    controller.step()  # the same live ids, a new czxid for broker 1: a round at once
+    # Its leadership goes to the next ISR member, and it leaves every ISR it was in.
+    assert states(observer, "t", 2) == [PartitionState(2, 1, (2, 3), 1), PartitionState(2, 1, (2, 3), 1)]
+    # It rejoins once caught up (its leader writes the ISR): not bounced again.
+    observer.set(replication.partition_state_path("t", 0), PartitionState(2, 1, (2, 3, 1), 1).value())
+    next_round(controller)
+    assert states(observer, "t", 2)[0] == PartitionState(2, 1, (2, 3, 1), 1)
+
+
+def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions, monkeypatch):
+    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
+    observer = sessions(9)
+    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3]}), makepath=True)
+    controller = Controller(observer, 9)
+    controller.step()
+    next_round(controller)
+    path = replication.partition_state_path("t", 0)
+    bounce(sessions, by_id, 3, observer)
+    real_set = observer.set
+
+    def leader_writes_first(node, value, version=-1):  # the leader's ISR write lands first
+        real_set(node, PartitionState(1, 0, (1, 2, 3), 1).value())
+        return real_set(node, value, version=version)
+
+    monkeypatch.setattr(observer, "set", leader_writes_first)
+    controller.step()  # BadVersion: and the state is now newer than broker 3's registration
+    monkeypatch.undo()
+    assert observer.exists(path).mzxid > observer.exists(layout.broker_path(3)).czxid
+    assert states(observer, "t", 1) == [PartitionState(1, 0, (1, 2, 3), 1)]
+    next_round(controller)  # the bounce seen between rounds is still pending
+    assert states(observer, "t", 1) == [PartitionState(1, 1, (1, 2), 1)]
+
+
+def test_a_new_controller_finds_a_leader_registered_after_its_state(sessions):
+    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
+    observer = sessions(9)
+    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3]}), makepath=True)
+    first = Controller(observer, 9)
+    first.step()
+    next_round(first)
+    assert states(observer, "t", 1) == [PartitionState(1, 0, (1, 2, 3), 1)]
+    first.resign()
+    bounce(sessions, by_id, 1, observer)  # while no controller looks
+    second = Controller(observer, 9)  # no round before: only the state's mzxid tells
+    second.step()
+    assert second.epoch == 2
+    assert states(observer, "t", 1) == [PartitionState(2, 1, (2, 3), 2)]
+
+
+def test_a_bounced_broker_alone_in_the_isr_leads_again_at_a_new_epoch(sessions):
+    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2)}
+    observer = sessions(9)
+    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
+    controller = Controller(observer, 9)
+    controller.step()
+    next_round(controller)
+    close_client(by_id[2])
+    wait_for(lambda: not observer.exists(layout.broker_path(2)), 10, what="broker 2 gone")
+    controller.step()
+    assert states(observer, "t", 1) == [PartitionState(1, 1, (1,), 1)]
+    bounce(sessions, by_id, 1, observer)
+    controller.step()
+    assert states(observer, "t", 1) == [PartitionState(1, 2, (1,), 1)]
+    next_round(controller)  # applied: nothing more
+    assert states(observer, "t", 1) == [PartitionState(1, 2, (1,), 1)]
 
 
 def test_the_controller_runs_in_a_brokers_registrar_and_fails_over(broker_factory, zk_connect):
