@@ -7,7 +7,10 @@ a node with another value may be a broker that died less than a session timeout 
 so the claim waits for it to expire, and raises BrokerIdConflict if it stays (a live
 broker has the id). ``register`` writes every node under the current session;
 ``registered_session`` tells the caller when a new session (after an expiry) needs
-everything written again. Every ZooKeeper call is bounded by ``op_timeout_s``, so a
+everything written again. ``broker_epoch`` is the czxid of the id's node as this
+session wrote it (Kafka's broker epoch, KIP-380): each registration has a new one, so
+the controller tells a broker that restarted (or got a new session) from the one it
+saw before, and ``replica_roles`` does not lead under a state written before it. Every ZooKeeper call is bounded by ``op_timeout_s``, so a
 server that goes away mid-call costs the caller a ConnectionLoss, not a hang.
 """
 
@@ -33,6 +36,7 @@ class BrokerRegistration:
         self.op_timeout_s = op_timeout_s
         self.topics = {}  # topic -> partition count, every topic this broker has
         self.registered_session = None  # the session id everything was last written under
+        self._epoch = None  # the czxid of the id's node written under registered_session
         self._written_topics = set()
 
     @property
@@ -41,6 +45,14 @@ class BrokerRegistration:
 
     def _session(self):
         return self.client.client_id[0] if self.client.client_id else None
+
+    @property
+    def broker_epoch(self):
+        """The czxid of this broker's registration under the current session, or None
+        while it is not registered under it."""
+        if self.registered_session is None or self.registered_session != self._session():
+            return None
+        return self._epoch
 
     def _wait(self, async_result):
         return async_result.get(timeout=self.op_timeout_s)
@@ -73,14 +85,13 @@ class BrokerRegistration:
                 warned = True
             time.sleep(0.2)
 
-    def _create_ephemeral(self, path: str, value: bytes, replace_any: bool) -> None:
+    def _create_ephemeral(self, path: str, value: bytes, replace_any: bool) -> int:
         """Create ``path`` under this session; replace a node of another session if it
-        holds ``value`` (or any value, with ``replace_any``)."""
+        holds ``value`` (or any value, with ``replace_any``). Returns the node's czxid."""
         session = self._session()
         for _ in range(3):
             try:
                 self._wait(self.client.create_async(path, value, ephemeral=True, makepath=True))
-                return
             except NodeExistsError:
                 pass
             try:
@@ -88,7 +99,7 @@ class BrokerRegistration:
             except NoNodeError:
                 continue
             if stat.ephemeralOwner == session and data == value:
-                return  # ours already (a create retried after a lost connection)
+                return stat.czxid  # created now, or ours already (a create retried after a lost connection)
             if data != value and not replace_any:
                 raise BrokerIdConflict(f"{path} is held by {data.decode(errors='replace')}")
             try:
@@ -110,10 +121,10 @@ class BrokerRegistration:
         session = self._session()
         if session != self.registered_session:
             self._written_topics.clear()
-            self._create_ephemeral(self.path, self.info.value(), replace_any=False)
+            self._epoch = self._create_ephemeral(self.path, self.info.value(), replace_any=False)
             self.registered_session = session
-            log.info("registered broker %d as %s in ZooKeeper (session 0x%x)", self.info.id,
-                     self.info.value().decode(), session)
+            log.info("registered broker %d as %s in ZooKeeper (session 0x%x, broker epoch %d)", self.info.id,
+                     self.info.value().decode(), session, self._epoch)
         for topic, count in sorted(self.topics.items()):
             if topic in self._written_topics:
                 continue

@@ -202,9 +202,11 @@ class Registrar(ChildProcess):
         self.registration = BrokerRegistration(self.client, self.info)
         self.controller = Controller(self.client, self.config.brokerid,
                                      unclean=self.config.unclean_leader_election_enable)
+        registration = self.registration
         self.roles = ReplicaRoles(self.client, self.config.brokerid,
                                   lambda **fields: self.channel.send(Op.ROLES, **fields),
-                                  lambda seq: self.slots.set_roles_seq(self.slot, seq))
+                                  lambda seq: self.slots.set_roles_seq(self.slot, seq),
+                                  lambda: registration.broker_epoch)
 
     def _replace_client_kept_away(self) -> None:
         now = time.monotonic()

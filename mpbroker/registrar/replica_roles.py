@@ -10,6 +10,18 @@ to the worker that owns the partition; the replicated topics and their partition
 counts go to the acceptor the same way. A partition this broker no longer replicates
 is sent as role ``none``.
 
+A broker leads only under a state written after its current registration (the state
+node's mzxid above the czxid of ``/brokers/ids/<id>``, this broker's broker epoch,
+KIP-380). A state older than that named it leader in a previous life: before a
+restart, whose log may have lost what it acknowledged (a power cut takes what no
+fsync covered), or before a new session. Leading that epoch again with the log it
+has now would make its followers truncate to it (they ask where the epoch ends,
+KIP-279). So until the controller, which sees the bounce by the same czxid, writes
+a new state (another leader, or this broker again at a new leader epoch), the
+partition is offline here; following another broker's leadership needs no such
+wait. Nor does it lead before it is registered under its session at all (a step
+reads the roles before it registers).
+
 An ISR change (``request_isr``) is a leader's, relayed by the supervisor: it is written
 only if the state node still names this broker as leader with the same leader epoch,
 and conditionally on the version the leader acted under (Kafka 0.8's
@@ -35,9 +47,11 @@ log = logging.getLogger(__name__)
 
 
 class ReplicaRoles:
-    def __init__(self, client, broker_id: int, send, announce=lambda seq: None):
+    def __init__(self, client, broker_id: int, send, announce=lambda seq: None, broker_epoch=lambda: None):
         self.client = client
         self.broker_id = broker_id
+        self._broker_epoch = broker_epoch  # callable(): this broker's registration czxid, None if not registered
+        self._held_back = set()  # (topic, partition) named led here by a state older than the registration
         self._send = send  # callable(**fields): a "roles" message to the supervisor
         self._announce = announce  # callable(seq): publish the number of the roles message about to go
         self._seq = 0
@@ -111,9 +125,21 @@ class ReplicaRoles:
             return entry
         entry.update(leader=state.leader, leader_epoch=state.leader_epoch, isr=list(state.isr),
                      version=stat.version)
+        key = (topic, partition)
         if state.leader == self.broker_id:
-            entry["role"] = "leader"
-        elif state.leader != replication.NO_LEADER:
+            epoch = self._broker_epoch()
+            if epoch is not None and stat.mzxid > epoch:
+                entry["role"] = "leader"
+            elif epoch is not None and key not in self._held_back:  # not registered yet: no news
+                self._held_back.add(key)
+                log.warning("%s-%d: the state naming this broker leader (leader epoch %d) was written before its "
+                            "registration (broker epoch %d); not leading until the controller writes a new one",
+                            topic, partition, state.leader_epoch, epoch)
+            if entry["role"] == "leader":
+                self._held_back.discard(key)
+            return entry
+        self._held_back.discard(key)
+        if state.leader != replication.NO_LEADER:
             address = addresses.get(state.leader)
             if address is None:
                 address = addresses[state.leader] = self._address(state.leader)
