@@ -1,0 +1,64 @@
+"""This broker's roles as its registrar reads them (mpbroker.registrar.replica_roles), on a
+real ZooKeeper: it leads only under a state written after its current registration
+(its broker epoch, the czxid ``BrokerRegistration`` records); a state from before
+that, a previous life's, leaves the partition offline here until the controller
+writes a new one. Following another broker needs no such wait."""
+
+from mpbroker.registrar.broker_registration import BrokerRegistration
+from mpbroker.registrar.replica_roles import ReplicaRoles
+from mpbroker.registry import layout, replication
+from mpbroker.registry.replication import PartitionState
+from mpbroker.registry.zk_client import close_client, start_client
+
+
+def roles_of(client, registration):
+    """A ReplicaRoles for broker 1 and ``read()``: the last entry sent per partition."""
+    sent = {}
+
+    def send(**fields):
+        for entry in fields.get("partitions", []):
+            sent[(entry["topic"], entry["partition"])] = entry
+
+    roles = ReplicaRoles(client, 1, send, broker_epoch=lambda: registration.broker_epoch)
+
+    def read():
+        roles.step()
+        return {key: (entry["role"], entry["leader_epoch"]) for key, entry in sent.items()}
+
+    return read
+
+
+def test_a_broker_leads_only_under_a_state_written_after_its_registration(zk_connect):
+    admin = start_client(zk_connect, 6000, 30_000)  # the controller's and the other brokers' writes
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        admin.create(layout.broker_path(2), b"x:127.0.0.1:9093", ephemeral=True, makepath=True)
+        admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2], 1: [2, 1]}), makepath=True)
+        led = replication.partition_state_path("t", 0)
+        admin.create(led, PartitionState(1, 3, (1, 2), 1).value(), makepath=True)  # from a previous life
+        admin.create(replication.partition_state_path("t", 1), PartitionState(2, 0, (2, 1), 1).value(),
+                     makepath=True)
+        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        read = roles_of(client, registration)
+        assert registration.broker_epoch is None
+        assert read() == {("t", 0): ("offline", 3), ("t", 1): ("follower", 0)}  # not registered yet
+
+        registration.register()
+        assert registration.broker_epoch == client.exists(layout.broker_path(1)).czxid
+        assert read() == {("t", 0): ("offline", 3), ("t", 1): ("follower", 0)}  # the state is older
+
+        admin.set(led, PartitionState(1, 4, (1,), 1).value())  # the controller saw the bounce
+        assert read() == {("t", 0): ("leader", 4), ("t", 1): ("follower", 0)}
+        admin.set(led, PartitionState(1, 4, (1, 2), 1).value())  # its own ISR change: still its own
+        assert read()[("t", 0)] == ("leader", 4)
+
+        # A new session registers anew: a new broker epoch, and the state is old again.
+        close_client(client)
+        client = start_client(zk_connect, 6000, 30_000)
+        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration.register()
+        read = roles_of(client, registration)
+        assert read() == {("t", 0): ("offline", 4), ("t", 1): ("follower", 0)}
+    finally:
+        close_client(client)
+        close_client(admin)
