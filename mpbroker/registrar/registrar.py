@@ -24,7 +24,10 @@ While registered it also runs the controller (``controller``) on the same sessio
 one broker of the cluster elects the leaders of the replicated topics' partitions. A
 stop resigns the controllership first, so another broker takes over at once. And it
 reads this broker's replica roles (``replica_roles``), which the supervisor hands to
-the workers, and writes the ISR changes the workers' leaders ask for.
+the workers, and writes the ISR changes the workers' leaders ask for. Each
+registration has a new broker epoch (the czxid of ``/brokers/ids/<id>``): the
+controller treats a changed one as a bounce, and this broker leads only under
+states written after its own.
 
 The ZooKeeper lease: after each step whose reads succeeded it writes, in its slot of
 the slot table, ``the step's start + 2/3 of zk.sessiontimeout.ms``. The session
