@@ -17,14 +17,12 @@ import argparse
 import collections
 import os
 import select
-import socket
 import time
 
 from bench.broker_process import BenchBroker
-from bench.common import print_table, write_results
+from bench.common import Connection, print_table, write_results
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
-from mpbroker.codec.framing import FrameReader
 from mpbroker.codec.message import encode_message_set
 from mpbroker.codec.message_set import decode_messages
 from mpbroker.ipc.ring import Ring
@@ -38,27 +36,6 @@ def payloads(count: int) -> list:
     base = os.urandom(MESSAGE_BYTES)
     return [(b"%012d" % i) + base[12:] for i in range(count)]
 
-
-class Connection:
-    def __init__(self, port: int):
-        self.sock = socket.create_connection(("127.0.0.1", port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = FrameReader(1 << 30)
-
-    def receive(self) -> bytes:
-        while True:
-            frame = self.reader.next_frame()
-            if frame is not None:
-                return frame
-            view = self.reader.receive_buffer()
-            count = self.sock.recv_into(view)
-            del view
-            if not count:
-                raise ConnectionError("broker closed the connection")
-            self.reader.commit(count)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def produce(port: int, topic: str, partitions: int, total: int, batch: int, acked: bool) -> float:

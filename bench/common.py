@@ -1,12 +1,16 @@
 """Shared pieces of the benchmarks: machine description, best-of timing, table
-printing and result files under ``bench/results/``."""
+printing, result files under ``bench/results/``, and the raw client ``Connection``
+the broker benchmarks send frames on."""
 
 import datetime
 import json
 import os
 import platform
+import socket
 import sys
 import time
+
+from mpbroker.codec.framing import FrameReader
 
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -65,3 +69,28 @@ def write_results(name: str, table: str, data: dict) -> str:
         f.write(f"{table}\n\nMachine: {record['machine']}\nCommand: `{record['command']}`\nWhen: {stamp}\n")
     print(f"\nresults written to {json_path}")
     return json_path
+
+
+class Connection:
+    """One client connection to a broker (``TCP_NODELAY``), reading whole answer frames;
+    ``timeout`` bounds each socket call (None: block, as a plain client does)."""
+
+    def __init__(self, port: int, timeout: float | None = None, host: str = "127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = FrameReader(1 << 30)
+
+    def receive(self) -> bytes:
+        while True:
+            frame = self.reader.next_frame()
+            if frame is not None:
+                return frame
+            view = self.reader.receive_buffer()
+            count = self.sock.recv_into(view)
+            del view
+            if not count:
+                raise ConnectionError("broker closed the connection")
+            self.reader.commit(count)
+
+    def close(self) -> None:
+        self.sock.close()

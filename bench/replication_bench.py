@@ -40,7 +40,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -48,11 +47,10 @@ import threading
 import time
 from typing import Self
 
-from bench.common import print_table, write_results
+from bench.common import Connection, print_table, write_results
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.errors import ErrorCode
-from mpbroker.codec.framing import FrameReader
 from mpbroker.codec.message import encode_message_set
 from mpbroker.codec.message_set import decode_messages
 from mpbroker.registry import layout, replication, topic_admin
@@ -223,27 +221,6 @@ def log_bytes(broker: LocalBroker, topic: str, start: int, end: int) -> bytes:
 # --- the wire ------------------------------------------------------------------------------
 
 
-class Connection:
-    def __init__(self, port: int, timeout: float = SOCKET_TIMEOUT_S):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.reader = FrameReader(1 << 30)
-
-    def receive(self) -> bytes:
-        while True:
-            frame = self.reader.next_frame()
-            if frame is not None:
-                return frame
-            view = self.reader.receive_buffer()
-            count = self.sock.recv_into(view)
-            del view
-            if not count:
-                raise ConnectionError("broker closed the connection")
-            self.reader.commit(count)
-
-    def close(self) -> None:
-        self.sock.close()
-
 
 def message_sets(count: int, tag: bytes) -> list:
     """``count`` sets of ``BATCH`` distinct 200-byte messages (set number and position in front)."""
@@ -258,7 +235,7 @@ def message_sets(count: int, tag: bytes) -> list:
 def produce(port: int, topic: str, durability: int, sets: list, window: int) -> dict:
     """Send every set with ``window`` requests in flight; every acknowledgement must be
     error-free and follow the previous one. Returns seconds and the acknowledged range."""
-    conn = Connection(port)
+    conn = Connection(port, SOCKET_TIMEOUT_S)
     try:
         outstanding = 0
         acked = 0
@@ -293,7 +270,7 @@ def produce(port: int, topic: str, durability: int, sets: list, window: int) -> 
 
 def read_back(port: int, topic: str, start: int, end: int, timeout: float = 20.0) -> tuple:
     """What a consumer of the leader reads in [start, end): ``(bytes, messages)``."""
-    conn = Connection(port)
+    conn = Connection(port, SOCKET_TIMEOUT_S)
     try:
         data = bytearray()
         messages = 0
