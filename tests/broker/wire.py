@@ -9,8 +9,8 @@ from mpbroker.codec.message import encode_message_set
 
 
 class WireClient:
-    def __init__(self, port: int, timeout: float = 10.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    def __init__(self, port: int, timeout: float = 10.0, host: str = "127.0.0.1"):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
         self.reader = FrameReader(1 << 30)
 
     def close(self) -> None:

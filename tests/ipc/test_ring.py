@@ -9,7 +9,6 @@ import time
 import pytest
 
 from mpbroker.ipc.ring import KIND_PAD, RECORD_HEADER_BYTES, Ring
-
 from tests.ipc.forked import Child
 
 

@@ -19,7 +19,6 @@ from mpbroker.ipc.partition_table import (
     TornEntryError,
 )
 from mpbroker.ipc.slot_table import Slot, SlotState, SlotTable
-
 from tests.ipc.forked import Child
 
 SEQ = struct.Struct("<Q")
@@ -247,7 +246,6 @@ def test_writer_killed_mid_update_then_a_respawned_worker_takes_its_entries_over
     def killed_mid_update():
         import signal as signals
 
-        fields = pt._FIELDS
         found = table.find_or_add("t", 0)
 
         class DieWhileStoring:  # the real write path, killed where a SIGKILL can land

@@ -6,8 +6,6 @@ broker's ``host`` (127.0.0.1 unless the brokers run elsewhere, as in
 use the host the leader registered."""
 
 import os
-import socket
-import struct
 import threading
 import time
 
@@ -18,6 +16,7 @@ from mpbroker.codec.message import encode_message
 from mpbroker.codec.message_set import decode_messages
 from mpbroker.registry import layout, replication
 from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
+from tests.broker.wire import WireClient
 
 BROKER_IDS = (1, 2, 3)
 SESSION_MS = 4000
@@ -30,27 +29,9 @@ def start_cluster(broker_factory, zk_connect, **properties) -> dict:
 
 
 def round_trip(port: int, frame: bytes, timeout: float = 10.0, host: str = "127.0.0.1") -> bytes:
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(frame)
-        head = _receive(sock, 4)
-        (size,) = struct.unpack(">i", head)
-        return _receive(sock, size)
-
-
-def receive_answer(sock) -> bytes:
-    """One answer frame's body from ``sock``."""
-    (size,) = struct.unpack(">i", _receive(sock, 4))
-    return _receive(sock, size)
-
-
-def _receive(sock, count: int) -> bytes:
-    data = bytearray()
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return bytes(data)
+    """One request on a new connection: the answer's body."""
+    with WireClient(port, timeout, host) as client:
+        return client.request(frame)
 
 
 def state(client, topic: str, partition: int):

@@ -8,7 +8,6 @@ acknowledged message reads back once, in order, and the replicas end byte-identi
 
 import os
 import signal
-import socket
 import time
 
 from mpbroker.codec import requests as rq
@@ -17,6 +16,7 @@ from mpbroker.codec.errors import ErrorCode
 from mpbroker.registry import layout, topic_admin
 from mpbroker.registry.replication import NO_LEADER
 from mpbroker.registry.zk_client import close_client, start_client
+from tests.broker.wire import WireClient
 from tests.clients.helpers import wait_for
 from tests.replication.cluster import (
     SESSION_MS,
@@ -25,7 +25,6 @@ from tests.replication.cluster import (
     leader_port,
     message_set,
     produce_until_acked,
-    receive_answer,
     start_cluster,
     state,
     wait_identical,
@@ -72,16 +71,16 @@ def test_a_leader_paused_past_its_session_acknowledges_nothing_after_and_rejoins
             stopped_at = time.monotonic()
             # Produces sent to the paused leader wait in its socket buffers; it reads
             # them the moment it runs again, before it can know its session is gone.
-            late = [socket.create_connection(("127.0.0.1", old_port), timeout=30) for _ in range(4)]
-            for index, sock in enumerate(late):
-                sock.sendall(rq.encode_produce_acked(index % 3, "s", 0, message_set([f"late {index}".encode()])))
+            late = [WireClient(old_port, 30) for _ in range(4)]
+            for index, conn in enumerate(late):
+                conn.send(rq.encode_produce_acked(index % 3, "s", 0, message_set([f"late {index}".encode()])))
             wait_for(lambda: state(client, "s", 0).leader not in (old_leader, NO_LEADER), 30,
                      what="a new leader elected")
             time.sleep(1.0)
             os.killpg(brokers[old_leader].process.pid, signal.SIGCONT)
-            answers = [responses.decode_produce_ack(receive_answer(sock)) for sock in late]
-            for sock in late:
-                sock.close()
+            answers = [responses.decode_produce_ack(conn.receive()) for conn in late]
+            for conn in late:
+                conn.close()
             assert all(answer.error != ErrorCode.NO_ERROR for answer in answers), answers
             assert all(leader != old_leader for when, leader in load.ack_times if when > stopped_at + 0.5)
             # It rejoins as a follower of the new leader: back in the ISR, the same bytes.

@@ -13,7 +13,6 @@ final read). Until its first roles, a broker now serves no partition with leader
 epochs on disk.
 """
 
-import socket
 import threading
 import time
 
@@ -23,6 +22,7 @@ from mpbroker.codec.errors import ErrorCode
 from mpbroker.registry import topic_admin
 from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.testing.local_zookeeper import free_port
+from tests.broker.wire import WireClient
 from tests.clients.helpers import wait_for
 from tests.replication.cluster import (
     BROKER_IDS,
@@ -31,18 +31,17 @@ from tests.replication.cluster import (
     leader_port,
     message_set,
     produce_until_acked,
-    receive_answer,
     state,
     wait_identical,
 )
 
 
-def connect_while_starting(port: int, timeout: float = 30.0) -> socket.socket:
+def connect_while_starting(port: int, timeout: float = 30.0) -> WireClient:
     """A connection to the port as soon as anything listens there."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return socket.create_connection(("127.0.0.1", port), timeout=30)
+            return WireClient(port, 30)
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on port {port}"
             time.sleep(0.01)
@@ -71,13 +70,13 @@ def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_fa
         starting.start()
         late = {}
         for durability in (1, 2):
-            sock = late[durability] = connect_while_starting(port)
-            sock.sendall(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
+            late[durability] = connect_while_starting(port)
+            late[durability].send(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
         starting.join(60)
         assert not starting.is_alive(), "the broker did not start again"
-        answers = {durability: responses.decode_produce_ack(receive_answer(sock)) for durability, sock in late.items()}
-        for sock in late.values():
-            sock.close()
+        answers = {durability: responses.decode_produce_ack(client.receive()) for durability, client in late.items()}
+        for client in late.values():
+            client.close()
         print(f"restarted broker {leader}: late produces answered {answers}")
         for durability, answer in answers.items():
             assert answer.error == ErrorCode.NOT_LEADER, \

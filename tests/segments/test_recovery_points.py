@@ -6,8 +6,13 @@ import os
 import pytest
 
 from mpbroker.segments.naming import parse_partition_dir
-from mpbroker.segments.recovery_points import (checkpoint_path, parse_checkpoint, read_checkpoint,
-                                               remove_other_layouts, write_checkpoint)
+from mpbroker.segments.recovery_points import (
+    checkpoint_path,
+    parse_checkpoint,
+    read_checkpoint,
+    remove_other_layouts,
+    write_checkpoint,
+)
 
 
 def test_round_trip_in_kafkas_format(tmp_path):

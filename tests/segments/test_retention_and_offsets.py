@@ -3,7 +3,6 @@ OFFSETS answers (latest, earliest, before a time)."""
 
 import os
 
-
 from mpbroker.segments.offsets import offsets_before
 from mpbroker.segments.retention import excess_by_size, expired_by_age
 
