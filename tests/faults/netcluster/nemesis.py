@@ -13,6 +13,8 @@ step, with the time since the start, for the run's report.
 import random
 import time
 
+from tests.faults.power_cut import CutMode
+
 from .cluster import ZOOKEEPER
 
 
@@ -77,7 +79,7 @@ class Nemesis:
             fault = self.history.begin_fault(step.kind, _name(member))
             detail = ""
             if step.kind == "power_cut":
-                report = self.cluster.power_cut(member, random.Random(step.cut_seed))
+                report = self.cluster.power_cut(member, random.Random(step.cut_seed), CutMode(step.cut_mode))
                 detail = f" ({report.summary()})"
             else:
                 self.cluster.kill(member)

@@ -27,7 +27,8 @@ The kinds (``KINDS``), after the issue's list:
 - ``kill``: SIGKILL of a broker, restarted after the hold (a hold of 0 restarts it at
   once, well within its old session: a bounce);
 - ``power_cut``: SIGKILL of a broker, then every byte and directory entry no fsync
-  covered dropped (``tests/faults/power_cut``), then a restart after the hold;
+  covered dropped (``tests/faults/power_cut``; in ``random`` mode, half the time, some
+  of them kept, maybe with a torn tail), then a restart after the hold;
 - ``pause_zookeeper`` and ``kill_zookeeper``: the same for the ZooKeeper server.
 """
 
@@ -51,7 +52,14 @@ class Step:
     direction: str  # one_way: "from" (the leader's packets dropped) or "to"; else ""
     hold_s: float
     gap_s: float
-    cut_seed: int  # power_cut: the seed of the model's random choices
+    cut_seed: int  # power_cut: the seed of the model's random choices; even: strict, odd: random
+
+    @property
+    def cut_mode(self) -> str:
+        """A power cut's mode (``tests/faults/power_cut/model.py``): ``strict`` drops every
+        byte and entry no fsync covered, ``random`` keeps some of them, now and then with
+        a torn tail, as real disks do."""
+        return "strict" if self.cut_seed % 2 == 0 else "random"
 
     def describe(self) -> str:
         what = self.kind.replace("_", " ")
@@ -63,6 +71,8 @@ class Step:
                 target = f"follower #{self.pick} of partition {self.partition}"
         if self.kind == "one_way":
             target += f", packets {self.direction} it (peer #{self.pick})"
+        if self.kind == "power_cut":
+            target += f", {self.cut_mode} cut"
         held = "down" if self.kind in ("kill", "power_cut", "kill_zookeeper") else "held"
         return f"{what}: {target}, {held} {self.hold_s:.1f} s, then {self.gap_s:.1f} s of quiet"
 
