@@ -10,8 +10,12 @@ Producers: each sends one request at a time (so acknowledgement order is send or
 as the checker's order check assumes), each request a few unique payloads
 ``b"p<producer>-<seq>-<i>"``, to the partitions in turn, to the leader ZooKeeper names
 at that moment. Every request is recorded before it is sent (``begin_produce``) and
-after (``produce_answered``/``produce_exception``). Nothing is retried: after an error
-the producer waits a little and goes on with new payloads.
+after (``produce_answered``/``produce_exception``). After an error the producer waits a
+little; one producer with durability 2 sends a set whose outcome is indeterminate (a
+timeout, a reset, NOT_LEADER...) again, to whatever broker leads then, up to
+``retries`` times (each retry recorded with ``retry_of``, as Kafka's producer retries:
+the duplicates this may store are the checker's "explained" ones); the others go on
+with new payloads.
 
 Consumers: one per partition, fetching from the current leader from where it left
 off, recording every message (``record_fetch``). A consumer that is cut off times out
@@ -30,8 +34,9 @@ from tests.replication import cluster as replicated
 from .cluster import BROKER_PORT
 from .history import History
 
-# (name, durability): three producers with durability 2, one with 1, one with 0.
-PRODUCERS = (("p1", 2), ("p2", 2), ("p3", 2), ("p4", 1), ("p5", 0))
+# (name, durability, retries): three producers with durability 2 (one retrying), one with
+# 1, one with 0.
+PRODUCERS = (("p1", 2, 0), ("p2", 2, 0), ("p3", 2, 5), ("p4", 1, 0), ("p5", 0, 0))
 PAYLOADS_PER_REQUEST = 3
 SOCKET_TIMEOUT = 2.0
 ERROR_PAUSE = 0.05
@@ -55,8 +60,8 @@ class Workload:
     # --- life cycle -------------------------------------------------------------------
 
     def start(self) -> "Workload":
-        for index, (name, durability) in enumerate(self.producers):
-            self._spawn(f"producer-{name}", self._produce_loop, name, durability, index)
+        for index, (name, durability, retries) in enumerate(self.producers):
+            self._spawn(f"producer-{name}", self._produce_loop, name, durability, retries, index)
         for partition in self.partitions:
             self._spawn(f"consumer-{partition}", self._consume_loop, f"c{partition}", partition)
         return self
@@ -96,28 +101,42 @@ class Workload:
 
     # --- producers --------------------------------------------------------------------
 
-    def _produce_loop(self, name, durability: int, index: int) -> None:
+    def _produce_loop(self, name, durability: int, retries: int, index: int) -> None:
         sequence = 0
         while not self._stop.is_set():
             partition = self.partitions[(sequence + index) % len(self.partitions)]
-            leader, address = self._leader(partition)
-            if address is None:
-                time.sleep(ERROR_PAUSE)
-                continue
             payloads = [f"{name}-{sequence}-{i}".encode() for i in range(self.payloads_per_request)]
             sequence += 1
-            attempt = self.history.begin_produce(name, self.topic, partition, durability, payloads, broker=leader)
-            try:
-                # Durability 0 is answered right after the append, 1 after the flush, 2
-                # once the high watermark covers the set.
-                ack = replicated.produce(address[1], self.topic, partition, payloads, durability, self.timeout,
-                                         address[0])
-            except Exception as exc:  # noqa: BLE001 - every failure of the request is indeterminate
-                self.history.produce_exception(attempt, exc)
-                time.sleep(ERROR_PAUSE)
-                continue
-            if self.history.produce_answered(attempt, ack) != "ok":
-                time.sleep(ERROR_PAUSE)
+            previous = None
+            for _ in range(retries + 1):
+                outcome, previous = self._send(name, durability, partition, payloads, previous)
+                if outcome in ("ok", "failed") or self._stop.is_set():
+                    break
+
+    def _send(self, name, durability: int, partition: int, payloads, retry_of) -> tuple:
+        """One attempt to the current leader: ``(outcome, attempt id)``; ``(None,
+        retry_of)`` if no leader was reachable (nothing sent)."""
+        leader, address = self._leader(partition)
+        while address is None:
+            if self._stop.is_set():
+                return None, retry_of
+            time.sleep(ERROR_PAUSE)
+            leader, address = self._leader(partition)
+        attempt = self.history.begin_produce(name, self.topic, partition, durability, payloads, broker=leader,
+                                             retry_of=retry_of)
+        try:
+            # Durability 0 is answered right after the append, 1 after the flush, 2
+            # once the high watermark covers the set.
+            ack = replicated.produce(address[1], self.topic, partition, payloads, durability, self.timeout,
+                                     address[0])
+        except Exception as exc:  # noqa: BLE001 - every failure of the request is indeterminate
+            self.history.produce_exception(attempt, exc)
+            time.sleep(ERROR_PAUSE)
+            return "indeterminate", attempt
+        outcome = self.history.produce_answered(attempt, ack)
+        if outcome != "ok":
+            time.sleep(ERROR_PAUSE)
+        return outcome, attempt
 
     # --- consumers --------------------------------------------------------------------
 
