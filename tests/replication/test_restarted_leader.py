@@ -74,9 +74,9 @@ def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_fa
             late[durability].send(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
         starting.join(60)
         assert not starting.is_alive(), "the broker did not start again"
-        answers = {durability: responses.decode_produce_ack(client.receive()) for durability, client in late.items()}
-        for client in late.values():
-            client.close()
+        answers = {durability: responses.decode_produce_ack(conn.receive()) for durability, conn in late.items()}
+        for conn in late.values():
+            conn.close()
         print(f"restarted broker {leader}: late produces answered {answers}")
         for durability, answer in answers.items():
             assert answer.error == ErrorCode.NOT_LEADER, \
