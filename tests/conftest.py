@@ -1,7 +1,8 @@
 """Fixtures shared by every test package: a real ZooKeeper server and real brokers.
 
 ``zookeeper`` is one server for the whole session; ``zk_connect`` gives each test its
-own chroot on it (``127.0.0.1:<port>/t-<n>``), so tests never see each other's nodes.
+own chroot on it (``127.0.0.1:<port>/t-<n>``), so tests never see each other's nodes;
+``zk_client`` is a kazoo client of that chroot, its session ended at the end of the test.
 A test that stops or restarts ZooKeeper takes its own server from ``zookeeper_factory``.
 ``broker_factory`` runs ``mpbroker serve`` process trees (``tests/broker/harness.py``),
 closed at the end of the test; ``broker`` is one of them; ``fixed_port_broker`` one on a
@@ -12,6 +13,7 @@ import itertools
 
 import pytest
 
+from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.testing.local_zookeeper import ZooKeeperServer, free_port
 from tests.broker.harness import BrokerProcess
 
@@ -29,6 +31,13 @@ def zookeeper(tmp_path_factory):
 def zk_connect(zookeeper, request):
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
     return zookeeper.connect_string(f"/t{next(_chroots)}-{name}")
+
+
+@pytest.fixture
+def zk_client(zk_connect):
+    client = start_client(zk_connect, 6000, 30_000)
+    yield client
+    close_client(client)
 
 
 @pytest.fixture

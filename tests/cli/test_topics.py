@@ -12,20 +12,17 @@ from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partition
 from mpbroker.registry import layout
 from mpbroker.registry.replication import PartitionState, parse_assignment, partition_state_path
 from mpbroker.registry.topic_admin import PartitionInfo
-from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.helpers import broker_list, wait_for
 from tests.replication.cluster import produce as cluster_produce
 
 
 @pytest.fixture
-def cluster(broker_factory, zk_connect):
+def cluster(broker_factory, zk_connect, zk_client):
     """Three brokers (ids 1, 2, 3) registered in ZooKeeper, and a client of our own."""
     brokers = [broker_factory(f"b{i}", enable_zookeeper="true", zk_connect=zk_connect, brokerid=i,
                               zk_sessiontimeout_ms=4000) for i in (1, 2, 3)]
-    client = start_client(zk_connect, 6000, 30_000)
-    wait_for(lambda: sorted(read_brokers(client)) == [1, 2, 3], 20, what="three brokers registered")
-    yield zk_connect, client, brokers
-    close_client(client)
+    wait_for(lambda: sorted(read_brokers(zk_client)) == [1, 2, 3], 20, what="three brokers registered")
+    return zk_connect, zk_client, brokers
 
 
 def produce(port: int, topic: str, partition: int, payloads):

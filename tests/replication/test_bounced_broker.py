@@ -23,7 +23,6 @@ from kazoo.protocol.states import EventType
 
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.registry import layout, replication
-from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
 from mpbroker.segments.recovery_points import is_checkpoint_file, read_checkpoint
 from tests.clients.helpers import wait_for
@@ -85,22 +84,21 @@ def pause_while_away(client, broker_id: int, pid: int, paused: threading.Event) 
     assert client.exists(layout.broker_path(broker_id), watch=on_event)
 
 
-def test_a_leader_bounced_after_a_power_cut_loses_no_acknowledged_message(broker_factory, zk_connect):
+def test_a_leader_bounced_after_a_power_cut_loses_no_acknowledged_message(broker_factory, zk_connect, zk_client):
     brokers = start_cluster(broker_factory, zk_connect, min_insync_replicas=2, **NO_FLUSH)
-    client = start_client(zk_connect, 6000, 30_000)
     paused = threading.Event()
     controller_pid = None
     try:
-        value = wait_for(lambda: client.exists(replication.CONTROLLER) and client.get(replication.CONTROLLER)[0],
+        value = wait_for(lambda: zk_client.exists(replication.CONTROLLER) and zk_client.get(replication.CONTROLLER)[0],
                          30, what="a controller")
         controller = json.loads(value)["brokerid"]
         # The leader is another broker: the controller sees it go (or not) from outside.
         leader = min(broker_id for broker_id in brokers if broker_id != controller)
         replicas = [leader] + [broker_id for broker_id in brokers if broker_id != leader]
-        client.create(layout.topic_path(TOPIC), replication.assignment_value({0: replicas}), makepath=True)
-        assert produce_until_acked(client, brokers, TOPIC, 0, [b"first"])[0] == leader
-        wait_for(lambda: set(state(client, TOPIC, 0).isr) == set(brokers), 30, what="a full ISR")
-        before = state(client, TOPIC, 0)
+        zk_client.create(layout.topic_path(TOPIC), replication.assignment_value({0: replicas}), makepath=True)
+        assert produce_until_acked(zk_client, brokers, TOPIC, 0, [b"first"])[0] == leader
+        wait_for(lambda: set(state(zk_client, TOPIC, 0).isr) == set(brokers), 30, what="a full ISR")
+        before = state(zk_client, TOPIC, 0)
         acked = [b"first"]
         acks = []
         for number in range(SETS):
@@ -109,7 +107,7 @@ def test_a_leader_bounced_after_a_power_cut_loses_no_acknowledged_message(broker
             assert ack.error == ErrorCode.NO_ERROR, ack
             acked += payloads
             acks.append(ack)
-        registered = client.exists(layout.broker_path(leader))
+        registered = zk_client.exists(layout.broker_path(leader))
 
         # SIGKILL of every process of the leader, then the power cut: the last LOST
         # acknowledged sets were only in its page cache (the followers have them).
@@ -125,24 +123,24 @@ def test_a_leader_bounced_after_a_power_cut_loses_no_acknowledged_message(broker
         # it does not (its registrar paused from the deletion until the new node is
         # there), and only the new czxid tells it that the broker bounced.
         controller_pid = brokers[controller].status()["registrar"]["pid"]
-        pause_while_away(client, leader, controller_pid, paused)
+        pause_while_away(zk_client, leader, controller_pid, paused)
         brokers[leader].start()
         restarted_s = time.monotonic() - killed_at
         assert paused.is_set()
         os.kill(controller_pid, signal.SIGCONT)
         paused.clear()
-        again = client.exists(layout.broker_path(leader))
+        again = zk_client.exists(layout.broker_path(leader))
         assert again.czxid != registered.czxid
 
         for number in range(20):
             payloads = [f"after {number}-{index}".encode() for index in range(5)]
-            produce_until_acked(client, brokers, TOPIC, 0, payloads)
+            produce_until_acked(zk_client, brokers, TOPIC, 0, payloads)
             acked += payloads
 
-        wait_for(lambda: set(state(client, TOPIC, 0).isr) == set(brokers), 60, what="a full ISR again")
-        after = state(client, TOPIC, 0)
+        wait_for(lambda: set(state(zk_client, TOPIC, 0).isr) == set(brokers), 60, what="a full ISR again")
+        after = state(zk_client, TOPIC, 0)
         print(f"restarted in {restarted_s:.2f}s; state before {before}, after {after}")
-        _, port = leader_port(client, brokers, TOPIC, 0)
+        _, port = leader_port(zk_client, brokers, TOPIC, 0)
         try:  # the high watermark follows the followers' next fetches
             wait_for(lambda: len(read_all(port, TOPIC, 0)) >= len(acked), 10, what="everything visible")
         except AssertionError:
@@ -153,4 +151,3 @@ def test_a_leader_bounced_after_a_power_cut_loses_no_acknowledged_message(broker
     finally:
         if paused.is_set():
             os.kill(controller_pid, signal.SIGCONT)
-        close_client(client)

@@ -10,23 +10,21 @@ import subprocess
 import time
 
 from mpbroker.registry import layout, topic_admin
-from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.helpers import wait_for
 from tests.readme.readme_blocks import REPO, block, commands
 
 
-def test_the_readme_replication_block(zk_connect, tmp_path):
+def test_the_readme_replication_block(zk_connect, zk_client, tmp_path):
     lines = commands(block("replication"))
     assert len(lines) == 5
     lines = [line.replace("localhost:2181/mpbroker", zk_connect).replace("$HOME", str(tmp_path))
              .replace("port=909$id", "port=0") for line in lines]
     start, create, describe, produce, offsets = lines
-    client = start_client(zk_connect, 6000, 30_000)
     with open(tmp_path / "brokers.log", "w") as output:
         brokers = subprocess.Popen(["bash", "-c", start + "; wait"], cwd=REPO, stdout=output,
                                    stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        wait_for(lambda: topic_admin.live_brokers(client) == [1, 2, 3], 60, what="three brokers registered")
+        wait_for(lambda: topic_admin.live_brokers(zk_client) == [1, 2, 3], 60, what="three brokers registered")
 
         def run(line: str) -> subprocess.CompletedProcess:
             return subprocess.run(["bash", "-c", line], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -43,9 +41,8 @@ def test_the_readme_replication_block(zk_connect, tmp_path):
         assert found.returncode == 0, found.stderr
         ends = [int(line.rsplit(":", 1)[1]) for line in found.stdout.splitlines()]
         assert len(ends) == 4 and sum(ends) > 0  # the two lines, acknowledged by every replica
-        assert client.exists(layout.topic_path("clicks"))
+        assert zk_client.exists(layout.topic_path("clicks"))
     finally:
-        close_client(client)
         try:
             os.killpg(brokers.pid, signal.SIGTERM)
             brokers.wait(90)

@@ -20,7 +20,6 @@ from mpbroker.codec import requests as rq
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.registry import topic_admin
-from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.testing.local_zookeeper import free_port
 from tests.broker.wire import WireClient
 from tests.clients.helpers import wait_for
@@ -47,47 +46,43 @@ def connect_while_starting(port: int, timeout: float = 30.0) -> WireClient:
             time.sleep(0.01)
 
 
-def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_factory, zk_connect):
+def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_factory, zk_connect, zk_client):
     brokers = {i: broker_factory(f"b{i}", brokerid=i, port=free_port(), enable_zookeeper="true", zk_connect=zk_connect,
                                  zk_sessiontimeout_ms=SESSION_MS, replica_lag_time_max_ms=3000, min_insync_replicas=2)
                for i in BROKER_IDS}  # fixed ports: the restarted broker listens where it did
-    client = start_client(zk_connect, 6000, 30_000)
-    try:
-        topic_admin.create_topic(client, "r", 1, 3)
-        acked = []
-        leader, _ = produce_until_acked(client, brokers, "r", 0, [b"before 0"])
-        acked.append(b"before 0")
-        for index in range(1, 20):
-            produce_until_acked(client, brokers, "r", 0, [f"before {index}".encode()])
-            acked.append(f"before {index}".encode())
-        wait_for(lambda: set(state(client, "r", 0).isr) == set(BROKER_IDS), 30, what="a full ISR")
-        restarted = brokers[leader]
-        port = restarted.port
-        restarted.kill_tree()
-        # Its registration outlives it by a session: the new process waits for that,
-        # its listening socket open; what is sent now is read when its acceptor starts.
-        starting = threading.Thread(target=restarted.start, daemon=True)
-        starting.start()
-        late = {}
-        for durability in (1, 2):
-            late[durability] = connect_while_starting(port)
-            late[durability].send(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
-        starting.join(60)
-        assert not starting.is_alive(), "the broker did not start again"
-        answers = {durability: responses.decode_produce_ack(conn.receive()) for durability, conn in late.items()}
-        for conn in late.values():
-            conn.close()
-        print(f"restarted broker {leader}: late produces answered {answers}")
-        for durability, answer in answers.items():
-            assert answer.error == ErrorCode.NOT_LEADER, \
-                f"durability {durability} sent to the restarting former leader: {answer}\n{restarted.output()[-3000:]}"
-        # The cluster goes on: a new leader acknowledges, the restarted broker catches up,
-        # everything acknowledged reads back and the three logs end identical.
-        produce_until_acked(client, brokers, "r", 0, [b"after"])
-        acked.append(b"after")
-        wait_for(lambda: set(state(client, "r", 0).isr) == set(BROKER_IDS), 30, what="the ISR full again")
-        _, leader_now = leader_port(client, brokers, "r", 0)
-        check_read_back(leader_now, "r", acked)
-        wait_identical(list(brokers.values()), "r")
-    finally:
-        close_client(client)
+    topic_admin.create_topic(zk_client, "r", 1, 3)
+    acked = []
+    leader, _ = produce_until_acked(zk_client, brokers, "r", 0, [b"before 0"])
+    acked.append(b"before 0")
+    for index in range(1, 20):
+        produce_until_acked(zk_client, brokers, "r", 0, [f"before {index}".encode()])
+        acked.append(f"before {index}".encode())
+    wait_for(lambda: set(state(zk_client, "r", 0).isr) == set(BROKER_IDS), 30, what="a full ISR")
+    restarted = brokers[leader]
+    port = restarted.port
+    restarted.kill_tree()
+    # Its registration outlives it by a session: the new process waits for that,
+    # its listening socket open; what is sent now is read when its acceptor starts.
+    starting = threading.Thread(target=restarted.start, daemon=True)
+    starting.start()
+    late = {}
+    for durability in (1, 2):
+        late[durability] = connect_while_starting(port)
+        late[durability].send(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
+    starting.join(60)
+    assert not starting.is_alive(), "the broker did not start again"
+    answers = {durability: responses.decode_produce_ack(conn.receive()) for durability, conn in late.items()}
+    for conn in late.values():
+        conn.close()
+    print(f"restarted broker {leader}: late produces answered {answers}")
+    for durability, answer in answers.items():
+        assert answer.error == ErrorCode.NOT_LEADER, \
+            f"durability {durability} sent to the restarting former leader: {answer}\n{restarted.output()[-3000:]}"
+    # The cluster goes on: a new leader acknowledges, the restarted broker catches up,
+    # everything acknowledged reads back and the three logs end identical.
+    produce_until_acked(zk_client, brokers, "r", 0, [b"after"])
+    acked.append(b"after")
+    wait_for(lambda: set(state(zk_client, "r", 0).isr) == set(BROKER_IDS), 30, what="the ISR full again")
+    _, leader_now = leader_port(zk_client, brokers, "r", 0)
+    check_read_back(leader_now, "r", acked)
+    wait_identical(list(brokers.values()), "r")
