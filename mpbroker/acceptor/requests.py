@@ -61,7 +61,7 @@ class RequestHandlers:
         self._creating = {}  # topic -> time.monotonic() it was asked for
         self.replicated = {}  # replicated topic -> partition count (the registrar's, via the supervisor)
         # Until the first ``roles`` message (a broker just started, with ZooKeeper), which
-        # topics are replicated is not known: see ``_served_replicated``.
+        # topics are replicated is not known: see ``_roles_unknown_for``.
         self.roles_known = not config.enable_zookeeper
         self._replica = replica_requests
         self._counters = counters  # the acceptor's CounterTable row
@@ -132,12 +132,14 @@ class RequestHandlers:
             topic_bytes = check_topic(topic).encode("ascii")
             if len(self._topics) < 100_000:
                 self._topics[topic] = topic_bytes
+        if self._roles_unknown_for(topic):
+            raise NotLeaderError(f"topic {topic!r} has leader epochs and this broker has not read its roles yet")
         count = self._partition_count(topic)
         if partition == RANDOM_PARTITION:
             partition = random.randrange(count)
         elif not 0 <= partition < count:
             raise ValueError(f"partition {partition} of topic {topic!r} is outside [0, {count})")
-        if self._served_replicated(topic, partition):  # checked at every produce; the worker checks again
+        if topic in self.replicated:  # checked at every produce; the worker checks again
             if self._files.role(topic, partition) != Role.LEADER:
                 raise NotLeaderError(f"this broker does not lead {topic}-{partition}")
             return topic_bytes, partition, self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
@@ -150,16 +152,15 @@ class RequestHandlers:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
 
-    def _served_replicated(self, topic: str, partition: int) -> bool:
-        """Whether the partition is served as a replica: only its leader takes produces
-        and answers reads, up to the high watermark. Once the registrar's first ``roles``
-        came, that is its topics; before (a restarted broker whose registrar has not read
-        ZooKeeper yet), any partition with leader epochs on disk, so that a former leader
-        neither takes produces the 0.7 way (acknowledged with no replica) nor serves
-        bytes past the high watermark in the moment after its restart."""
-        if topic in self.replicated:
-            return True
-        return not self.roles_known and self._files.has_leader_epochs(topic, partition)
+    def _roles_unknown_for(self, topic: str) -> bool:
+        """Before the registrar's first ``roles`` (a broker just started, with ZooKeeper),
+        which topics are replicated is not known. A topic with leader epochs on disk
+        in any partition was replicated: until the roles come it is served as a
+        replicated topic this broker does not lead (NOT_LEADER), so that a former
+        leader neither takes produces the 0.7 way (acknowledged with no replica) nor
+        serves bytes past the high watermark in the moment after its restart. Checked
+        before the partition range: the topic's partition count comes with the roles."""
+        return not self.roles_known and self._files.topic_has_leader_epochs(topic)
 
     def _auto_replicated(self, topic: str) -> bool:
         """A produce to a topic no worker has, on a broker that creates topics with
@@ -216,9 +217,11 @@ class RequestHandlers:
 
     def _read_range(self, topic: str, partition: int, offset: int, max_size: int):
         """``(error, FileRange or None)`` for one fetch."""
+        if self._roles_unknown_for(topic):
+            return ErrorCode.NOT_LEADER, None
         if not 0 <= partition < self._partition_count(topic):
             return ErrorCode.WRONG_PARTITION, None
-        if self._served_replicated(topic, partition) and self._files.role(topic, partition) != Role.LEADER:
+        if topic in self.replicated and self._files.role(topic, partition) != Role.LEADER:
             return ErrorCode.NOT_LEADER, None  # (also while a respawned worker has not had its roles yet)
         return self._files.fetch(topic, partition, offset, max_size)
 
@@ -250,10 +253,11 @@ class RequestHandlers:
         return parts
 
     def _offsets(self, request) -> bytes:
+        if self._roles_unknown_for(request.topic):
+            return responses.offsets_response(ErrorCode.NOT_LEADER, [])
         if not 0 <= request.partition < self._partition_count(request.topic):
             return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
-        if self._served_replicated(request.topic, request.partition) \
-                and self._files.role(request.topic, request.partition) != Role.LEADER:
+        if request.topic in self.replicated and self._files.role(request.topic, request.partition) != Role.LEADER:
             return responses.offsets_response(ErrorCode.NOT_LEADER, [])
         error, offsets = self._files.offsets(request.topic, request.partition, request.time, request.max_offsets)
         return responses.offsets_response(error, offsets)

@@ -117,6 +117,7 @@ class SegmentFiles:
         self._known = [0] * len(tables)  # entries of each table already indexed
         self._views = {}  # (topic, partition) -> _PartitionView
         self._topics = set()  # the topics of the views indexed so far
+        self._epoch_topics = {}  # topic -> topic_has_leader_epochs, while the first roles are awaited
         self._clock_ms = clock_ms
 
     def _view(self, topic: str, partition: int):
@@ -142,10 +143,19 @@ class SegmentFiles:
                 self._index(slot)
         return topic in self._topics
 
-    def has_leader_epochs(self, topic: str, partition: int) -> bool:
-        """Whether the partition's log has a leader-epoch file (it was replicated)."""
-        view = self._view(topic, partition)
-        return view is not None and os.path.exists(os.path.join(view.directory, LEADER_EPOCH_FILE))
+    def topic_has_leader_epochs(self, topic: str) -> bool:
+        """Whether any partition log of ``topic`` has a leader-epoch file (the topic was
+        replicated). Asked only until the first roles came, when no such file can
+        appear (a worker writes one only for a role), so the answer is kept."""
+        found = self._epoch_topics.get(topic)
+        if found is None:
+            for slot in range(len(self._tables)):  # every worker's partitions indexed
+                self._index(slot)
+            found = any(os.path.exists(os.path.join(view.directory, LEADER_EPOCH_FILE))
+                        for (name, _), view in self._views.items() if name == topic)
+            if len(self._epoch_topics) < 100_000:
+                self._epoch_topics[topic] = found
+        return found
 
     def _state(self, view):
         """The partition's published state. If its writer died mid-update (until the
