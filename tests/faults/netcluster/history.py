@@ -256,6 +256,11 @@ class History:
         with self._lock:
             self.replica_logs.append(replica)
 
+    def snapshot_attempts(self) -> list:
+        """The attempts so far (a copy taken under the lock, while threads record)."""
+        with self._lock:
+            return list(self.attempts.values())
+
     # --- faults -------------------------------------------------------------------
 
     def begin_fault(self, kind: str, target, start: float | None = None) -> int:

@@ -69,24 +69,28 @@ class Nemesis:
         if step.kind in ("pause", "pause_zookeeper"):
             member = ZOOKEEPER if step.kind == "pause_zookeeper" else broker
             fault = self.history.begin_fault(step.kind, _name(member))
-            self.cluster.pause(member)
-            time.sleep(step.hold_s)
-            self.cluster.resume(member)
-            self.history.end_fault(fault)
+            try:
+                self.cluster.pause(member)
+                time.sleep(step.hold_s)
+            finally:
+                self.cluster.resume(member)
+                self.history.end_fault(fault)
             return f"paused {_name(member)} ({step.role}) for {step.hold_s:.1f} s"
         if step.kind in ("kill", "kill_zookeeper", "power_cut"):
             member = ZOOKEEPER if step.kind == "kill_zookeeper" else broker
             fault = self.history.begin_fault(step.kind, _name(member))
             detail = ""
-            if step.kind == "power_cut":
-                report = self.cluster.power_cut(member, random.Random(step.cut_seed), CutMode(step.cut_mode))
-                detail = f" ({report.summary()})"
-            else:
-                self.cluster.kill(member)
-            time.sleep(step.hold_s)
-            restarted = time.monotonic()
-            self.cluster.restart(member)
-            self.history.end_fault(fault)
+            try:
+                if step.kind == "power_cut":
+                    report = self.cluster.power_cut(member, random.Random(step.cut_seed), CutMode(step.cut_mode))
+                    detail = f" ({report.summary()})"
+                else:
+                    self.cluster.kill(member)
+                time.sleep(step.hold_s)
+                restarted = time.monotonic()
+                self.cluster.restart(member)  # a broker that does not start again fails the run here
+            finally:
+                self.history.end_fault(fault)
             verb = "power-cut" if step.kind == "power_cut" else "killed"
             return (f"{verb} {_name(member)} ({step.role}){detail}, down {step.hold_s:.1f} s, "
                     f"ready {time.monotonic() - restarted:.1f} s after its restart")

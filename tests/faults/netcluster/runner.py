@@ -13,7 +13,7 @@ The command (the issue's long run; CI runs a few schedules through
 ``tests/faults/test_netcluster_schedules.py``)::
 
     python -m tests.faults.netcluster.runner --count 100 [--seed S] [--steps 3]
-    python -m tests.faults.netcluster.runner --replay <schedule seed>
+    python -m tests.faults.netcluster.runner --replay <schedule seed>   # a regression's kept schedule, if it is one
 
 prints the base seed first, each run's schedule, applied faults and check table, and
 at the end a summary (faults by kind, messages acknowledged and lost by durability,
@@ -42,6 +42,7 @@ from .cluster import BROKER_IDS, NetCluster
 from .history import History
 from .nemesis import Nemesis
 from .network import Network
+from .regressions import REGRESSIONS, regression_schedule
 from .schedule import make_schedule, schedule_seeds
 from .workload import Workload
 
@@ -50,6 +51,7 @@ PARTITIONS = 2
 BEFORE_S = 3.0  # load before the first fault
 AFTER_S = 3.0  # load after the last heal
 SETTLE_S = 60.0  # the final settle's limit
+LIVENESS_S = 30.0  # each partition acknowledges a durability-2 write within this long after the last heal
 RESULTS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench", "results")
 
 
@@ -62,6 +64,7 @@ class RunResult:
     error: str = ""  # the harness's or the settle's failure, if any
     history_path: str = ""
     elapsed_s: float = 0.0
+    recovered_s: dict = field(default_factory=dict)  # partition -> first d2 acknowledgement after the last heal
 
     @property
     def ok(self) -> bool:
@@ -77,6 +80,9 @@ class RunResult:
             lines += ["  " + line for line in self.report.table().splitlines()]
             if not self.report.ok:
                 lines += ["  " + line for line in self.report.details().splitlines()]
+        if self.recovered_s:
+            lines.append("  first durability-2 acknowledgement after the last heal: " + ", ".join(
+                f"partition {partition} {seconds:.2f} s" for partition, seconds in sorted(self.recovered_s.items())))
         if self.error:
             lines.append(f"  error: {self.error}")
         if self.history_path:
@@ -121,9 +127,25 @@ def _run(cluster, network, history, schedule, result, log) -> None:
         result.applied = nemesis.applied  # filled as the steps run, so a failed run shows how far it got
         nemesis.run(schedule, started)
         time.sleep(AFTER_S)
+        healed = max((fault.end for fault in history.faults if fault.end is not None), default=started)
+        wait_for(lambda: len(_recovered(history, healed)) == PARTITIONS, max(0.0, healed + LIVENESS_S - time.monotonic()),
+                 f"a durability-2 acknowledgement of every partition within {LIVENESS_S:.0f} s of the last heal "
+                 f"(so far {_recovered(history, healed)})", detail=cluster.log_tails)
+        result.recovered_s = _recovered(history, healed)
     assert not workload.errors, f"workload threads failed: {workload.errors}"
     workload.finish(history, SETTLE_S)
     result.report = check(history)
+
+
+def _recovered(history, healed: float) -> dict:
+    """Partition -> seconds from ``healed`` to the end of its first durability-2 write
+    sent after it and acknowledged."""
+    first = {}
+    for attempt in history.snapshot_attempts():
+        if attempt.durability == 2 and attempt.outcome == "ok" and attempt.start >= healed:
+            seconds = round(attempt.end - healed, 2)
+            first[attempt.partition] = min(first.get(attempt.partition, seconds), seconds)
+    return first
 
 
 # --- many runs ------------------------------------------------------------------------
@@ -148,8 +170,16 @@ def summarize(results: list) -> dict:
         "acknowledged": {f"d{d}": acknowledged[d] for d in (0, 1, 2)},
         "lost": {f"d{d}": lost[d] for d in (0, 1, 2)},
         "failures": dict(failures),
+        "recovered_s": _spread([seconds for result in results for seconds in result.recovered_s.values()]),
         "elapsed_s": round(sum(result.elapsed_s for result in results)),
     }
+
+
+def _spread(values: list) -> dict:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    return {"median": ordered[len(ordered) // 2], "p90": ordered[int(len(ordered) * 0.9)], "max": ordered[-1]}
 
 
 def summary_table(summary: dict, base_seed=None) -> str:
@@ -159,8 +189,13 @@ def summary_table(summary: dict, base_seed=None) -> str:
     acknowledged = " / ".join(f"{summary['acknowledged'][f'd{d}']:,}" for d in (0, 1, 2))
     lost = " / ".join(f"{summary['lost'][f'd{d}']:,}" for d in (0, 1, 2))
     lines.append(f"| {summary['schedules']} | {summary['ok']} | {faults} | {acknowledged} | {lost} |")
+    recovered = summary.get("recovered_s")
+    if recovered:
+        lines.append(f"\nfirst durability-2 acknowledgement of a partition after the last heal: median "
+                     f"{recovered['median']:.2f} s, p90 {recovered['p90']:.2f} s, max {recovered['max']:.2f} s")
     if base_seed is not None:
-        lines.append(f"\nbase seed {base_seed}; failed schedule seeds: {summary['failed_seeds'] or 'none'}")
+        lines.append(f"\nbase seed {base_seed}; failed schedule seeds: {summary['failed_seeds'] or 'none'}"
+                     f" (of which the harness broke: {summary['broken_runs'] or 'none'})")
     return "\n".join(lines)
 
 
@@ -182,7 +217,7 @@ def main(argv=None) -> int:
     shim_library = build_shim(_made(os.path.join(directory, "shim")))
     results = []
     for number, seed in enumerate(seeds, 1):
-        schedule = make_schedule(seed, arguments.steps, PARTITIONS)
+        schedule = regression_schedule(seed) if seed in REGRESSIONS else make_schedule(seed, arguments.steps, PARTITIONS)
         print(f"\n[{number}/{len(seeds)}] schedule seed {seed}", flush=True)
         result = run_schedule(schedule, _made(os.path.join(directory, f"run-{seed}")), shim_library,
                               log=lambda line: print(f"    {line}", flush=True))

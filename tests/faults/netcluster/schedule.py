@@ -33,7 +33,7 @@ The kinds (``KINDS``), after the issue's list:
 """
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 KINDS = ("isolate", "cut_zookeeper", "split_leader_zookeeper", "one_way", "link_down", "pause", "kill", "power_cut",
          "pause_zookeeper", "kill_zookeeper")
@@ -52,14 +52,11 @@ class Step:
     direction: str  # one_way: "from" (the leader's packets dropped) or "to"; else ""
     hold_s: float
     gap_s: float
-    cut_seed: int  # power_cut: the seed of the model's random choices; even: strict, odd: random
-
-    @property
-    def cut_mode(self) -> str:
-        """A power cut's mode (``tests/faults/power_cut/model.py``): ``strict`` drops every
-        byte and entry no fsync covered, ``random`` keeps some of them, now and then with
-        a torn tail, as real disks do."""
-        return "strict" if self.cut_seed % 2 == 0 else "random"
+    cut_seed: int  # power_cut: the seed of the model's random choices
+    # power_cut: "strict" drops every byte and entry no fsync covered, "random" keeps
+    # some of them, now and then with a torn tail, as real disks do
+    # (tests/faults/power_cut/model.py); by the cut seed's parity, not a draw of its own
+    cut_mode: str = ""
 
     def describe(self) -> str:
         what = self.kind.replace("_", " ")
@@ -91,6 +88,12 @@ class Schedule:
     def to_json(self) -> dict:
         return {"seed": self.seed, "steps": [asdict(step) for step in self.steps]}
 
+    @classmethod
+    def from_json(cls, record: dict) -> "Schedule":
+        """The schedule ``to_json`` wrote (a regression's schedule is kept this way, so
+        a later change to how seeds draw schedules does not change it)."""
+        return cls(record["seed"], tuple(Step(**step) for step in record["steps"]))
+
 
 def make_schedule(seed: int, steps: int = 3, partitions: int = 2, kinds=KINDS) -> Schedule:
     """The schedule of ``seed``: ``steps`` faults of the given kinds (uniformly)."""
@@ -109,9 +112,12 @@ def _step(rng: random.Random, partitions: int, kinds) -> Step:
     hold = round(rng.uniform(*HOLD_S), 1)
     if kind in ("kill", "power_cut") and rng.random() < BOUNCE:
         hold = 0.0
-    return Step(kind=kind, role=role, partition=rng.randrange(partitions), pick=rng.randrange(6),
+    step = Step(kind=kind, role=role, partition=rng.randrange(partitions), pick=rng.randrange(6),
                 direction=rng.choice(("from", "to")) if kind == "one_way" else "", hold_s=hold,
                 gap_s=round(rng.uniform(*GAP_S), 1), cut_seed=rng.randrange(1 << 30))
+    if kind != "power_cut":
+        return step
+    return replace(step, cut_mode="strict" if step.cut_seed % 2 == 0 else "random")
 
 
 def schedule_seeds(base_seed: int, count: int) -> list:
