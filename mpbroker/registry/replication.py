@@ -4,7 +4,8 @@ paths and parse their values with these.
 
     /brokers/topics/<topic>                          {"version":1,"partitions":{"0":[1,2,3],...}}
     /brokers/topics/<topic>/partitions/<p>/state     {"version":1,"leader":L,"leader_epoch":E,
-                                                      "isr":[...],"controller_epoch":C}
+                                                      "isr":[...],"controller_epoch":C,
+                                                      "leader_broker_epoch":Z}
     /controller                                      {"version":1,"brokerid":B,"timestamp":"<ms>"}  ephemeral
     /controller_epoch                                "<epoch>"
 
@@ -14,6 +15,12 @@ names, the first being the preferred leader. A topic created the 0.7 way (by a
 produce, no assignment) has an empty value there and only the brokers' ephemeral
 ``<broker id>`` children (``layout``); the two kinds share the node, so a 0.7 reader
 skips the ``partitions`` child.
+
+``leader_broker_epoch`` (not Kafka 0.8's) is the leader's broker epoch as the
+controller read it when it elected it (the czxid of ``/brokers/ids/<leader>``,
+KIP-380): the leader leads under the state only while it is still that
+registration. It is optional: absent in a state without a leader and in states
+written by older code; a leader keeps it when it changes the ISR.
 
 Placement (``assign_replicas``) follows Kafka 0.8's rule: the brokers sorted by id,
 partition p's first replica on broker ``(start + p) mod n`` so leaders go round-robin,
@@ -39,11 +46,14 @@ class PartitionState(NamedTuple):
     leader_epoch: int
     isr: tuple  # broker ids of the in-sync replicas, leader included
     controller_epoch: int
+    leader_broker_epoch: int | None = None  # the leader's registration czxid when elected; None: not recorded
 
     def value(self) -> bytes:
-        return json.dumps({"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
-                           "isr": list(self.isr), "controller_epoch": self.controller_epoch},
-                          separators=(",", ":")).encode()
+        document = {"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
+                    "isr": list(self.isr), "controller_epoch": self.controller_epoch}
+        if self.leader_broker_epoch is not None:  # only when set: older readers see Kafka 0.8's value
+            document["leader_broker_epoch"] = self.leader_broker_epoch
+        return json.dumps(document, separators=(",", ":")).encode()
 
 
 def partitions_path(topic: str) -> str:
@@ -84,12 +94,16 @@ def parse_assignment(topic: str, value: bytes):
 
 
 def parse_partition_state(topic: str, partition: int, value: bytes) -> PartitionState:
+    """The state in a state node's value (``leader_broker_epoch`` None when the value has
+    none: older code's, or a state without a leader). LayoutError if it is not one."""
     try:
         document = json.loads(value)
+        broker_epoch = document.get("leader_broker_epoch")
         state = PartitionState(int(document["leader"]), int(document["leader_epoch"]),
                                tuple(int(broker) for broker in document["isr"]),
-                               int(document["controller_epoch"]))
-    except (ValueError, TypeError, KeyError):
+                               int(document["controller_epoch"]),
+                               None if broker_epoch is None else int(broker_epoch))
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise LayoutError(f"{partition_state_path(topic, partition)}: {value[:100]!r} "
                           "is not a partition state") from None
     return state

@@ -48,6 +48,21 @@ def test_partition_state_round_trip():
         parse_partition_state("t", 0, b'{"leader":1}')
 
 
+def test_the_leaders_broker_epoch_is_written_only_when_set_and_optional_when_read():
+    elected = PartitionState(leader=2, leader_epoch=7, isr=(2, 3), controller_epoch=4, leader_broker_epoch=4097)
+    assert elected.value() == (b'{"version":1,"leader":2,"leader_epoch":7,"isr":[2,3],"controller_epoch":4,'
+                               b'"leader_broker_epoch":4097}')
+    assert parse_partition_state("t", 0, elected.value()) == elected
+    # Without it (older code, a state without a leader): Kafka 0.8's value, read back as None.
+    older = b'{"version":1,"leader":2,"leader_epoch":7,"isr":[2,3],"controller_epoch":4}'
+    assert PartitionState(2, 7, (2, 3), 4).value() == older
+    assert parse_partition_state("t", 0, older).leader_broker_epoch is None
+    assert parse_partition_state("t", 0, older[:-1] + b',"leader_broker_epoch":null}').leader_broker_epoch is None
+    for value in (older[:-1] + b',"leader_broker_epoch":"x"}', older[:-1] + b',"leader_broker_epoch":[1]}', b"[]"):
+        with pytest.raises(LayoutError, match="partitions/0/state"):
+            parse_partition_state("t", 0, value)
+
+
 def test_placement_of_kafkas_example():
     # 5 brokers, 10 partitions, 3 replicas, start 0, shift 0: leaders 0..4 twice, and the
     # followers one further apart in the second round.
