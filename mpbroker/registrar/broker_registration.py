@@ -10,8 +10,10 @@ broker has the id). ``register`` writes every node under the current session;
 everything written again. ``broker_epoch`` is the czxid of the id's node as this
 session wrote it (Kafka's broker epoch, KIP-380): each registration has a new one, so
 the controller tells a broker that restarted (or got a new session) from the one it
-saw before, and ``replica_roles`` does not lead under a state written before it. Every ZooKeeper call is bounded by ``op_timeout_s``, so a
-server that goes away mid-call costs the caller a ConnectionLoss, not a hang.
+saw before, and ``replica_roles`` leads only under a state that names it (the
+controller writes the leader's into the state). Every ZooKeeper call is bounded by
+``op_timeout_s``, so a server that goes away mid-call costs the caller a
+ConnectionLoss, not a hang.
 """
 
 import logging

@@ -29,18 +29,25 @@ while the id was missing (it looks once per registrar step, and a restarted brok
 registers a few hundred milliseconds after its old session expired; a new controller
 was not looking at all), the set of live ids is the same as before. So the
 controller keeps each live broker's broker epoch, the czxid of its registration
-node, and a broker is bounced for a partition when its czxid changed between two
-rounds, or when it registered after the partition's state was last written (its
-czxid is above the state node's mzxid: whatever that state says about it was said
-about its previous life). A bounced broker is a failure and a startup
-(``leader_election``): it may have lost what it had acknowledged (a power cut takes
-what no fsync covered), so it leaves the ISR and its leaderships go to other ISR
-members, or back to it at a new leader epoch. The brokers hold their side
-(``replica_roles``): a broker does not lead under a state written before its own
-registration. A bounce seen between rounds is applied again until a round has no
-write conflict (a state that changed under the controller is decided again next
-round, and by then the czxid no longer differs); the epochs are read again only
-when the children of ``/brokers/ids`` changed (its pzxid).
+node, and writes the leader's, as it read it at the start of the round, into every
+state that names a leader (``leader_broker_epoch``, also in first states). A broker
+is bounced for a partition when its czxid changed between two rounds; or, when it is
+the leader and the state names a broker epoch, when that is not its live one (it
+registered again since it was elected, even between the read and the write of the
+very round that elected it: that state's mzxid is above its new czxid); or else when
+it registered after the partition's state was last written (its czxid is above the
+state node's mzxid: whatever that state says about it was said about its previous
+life; the rule for ISR members and for states without the field). The leader rule
+is exact: a state rewritten with the leader's live broker epoch no longer bounces
+it. A bounced broker is a failure and a startup (``leader_election``): it may have
+lost what it had acknowledged (a power cut takes what no fsync covered), so it
+leaves the ISR and its leaderships go to other ISR members, or back to it at a new
+leader epoch. The brokers hold their side (``replica_roles``): a broker leads only
+under a state that names its current broker epoch (or, without the field, one
+written after its registration). A bounce seen between rounds is applied again
+until a round has no write conflict (a state that changed under the controller is
+decided again next round, and by then the czxid no longer differs); the epochs are
+read again only when the children of ``/brokers/ids`` changed (its pzxid).
 """
 
 import json
@@ -219,7 +226,7 @@ class Controller:
         except NoNodeError:
             if not may_start:
                 return  # a topic new this round: every broker learns it is replicated first (below)
-            state = first_state(replicas, live, self.epoch)
+            state = _with_broker_epoch(first_state(replicas, live, self.epoch), live)
             if state is not None:
                 try:
                     self.client.create(path, state.value(), makepath=True)
@@ -238,10 +245,10 @@ class Controller:
                         current.controller_epoch, self.epoch)
             self.resign()
             return
-        # Registered after this state was written, or seen registering again: bounced.
         bounced = {broker for broker in (current.leader, *current.isr)
-                   if broker in live and (broker in self._bounced or live[broker] > stat.mzxid)}
-        state = next_state(current, replicas, live, self.epoch, unclean=self.unclean, bounced=bounced)
+                   if broker in live and (broker in self._bounced or _bounced_since(current, stat.mzxid, broker, live))}
+        state = _with_broker_epoch(next_state(current, replicas, live, self.epoch, unclean=self.unclean,
+                                              bounced=bounced), live)
         if state is None:
             return
         try:
@@ -252,3 +259,20 @@ class Controller:
         log.info("%s-%d: leader %d, leader epoch %d, ISR %s (live brokers %s%s)", topic, partition, state.leader,
                  state.leader_epoch, list(state.isr), sorted(live),
                  f", bounced {sorted(bounced)}" if bounced else "")
+
+
+def _bounced_since(state, mzxid: int, broker: int, live: dict) -> bool:
+    """Whether live ``broker`` registered again since ``state`` (last written at
+    ``mzxid``) was decided: for its leader, when the state names the leader's broker
+    epoch, that is not the live one; otherwise (an ISR member, or a state without the
+    field) the broker registered after the state was written."""
+    if broker == state.leader and state.leader_broker_epoch is not None:
+        return state.leader_broker_epoch != live[broker]
+    return live[broker] > mzxid
+
+
+def _with_broker_epoch(state, live: dict):
+    """``state`` naming its leader's broker epoch as read this round (None stays None)."""
+    if state is None or state.leader == replication.NO_LEADER:
+        return state
+    return state._replace(leader_broker_epoch=live[state.leader])

@@ -26,8 +26,9 @@ stop resigns the controllership first, so another broker takes over at once. And
 reads this broker's replica roles (``replica_roles``), which the supervisor hands to
 the workers, and writes the ISR changes the workers' leaders ask for. Each
 registration has a new broker epoch (the czxid of ``/brokers/ids/<id>``): the
-controller treats a changed one as a bounce, and this broker leads only under
-states written after its own.
+controller treats a changed one as a bounce and names the leader's in the states
+it writes, and this broker leads only under states naming its own (or, in a state
+without the field, written after its registration).
 
 The ZooKeeper lease: after each step whose reads succeeded it writes, in its slot of
 the slot table, ``the step's start + 2/3 of zk.sessiontimeout.ms``. The session

@@ -10,17 +10,23 @@ to the worker that owns the partition; the replicated topics and their partition
 counts go to the acceptor the same way. A partition this broker no longer replicates
 is sent as role ``none``.
 
-A broker leads only under a state written after its current registration (the state
-node's mzxid above the czxid of ``/brokers/ids/<id>``, this broker's broker epoch,
-KIP-380). A state older than that named it leader in a previous life: before a
-restart, whose log may have lost what it acknowledged (a power cut takes what no
-fsync covered), or before a new session. Leading that epoch again with the log it
-has now would make its followers truncate to it (they ask where the epoch ends,
-KIP-279). So until the controller, which sees the bounce by the same czxid, writes
-a new state (another leader, or this broker again at a new leader epoch), the
-partition is offline here; following another broker's leadership needs no such
-wait. Nor does it lead before it is registered under its session at all (a step
-reads the roles before it registers).
+A broker leads only under a state that names its current registration (KIP-380):
+its broker epoch is the czxid of ``/brokers/ids/<id>``, and the controller writes
+the leader's broker epoch, as it read it before deciding, into every state that
+names a leader (``leader_broker_epoch``). A state naming another registration named
+it leader in a previous life: before a restart, whose log may have lost what it
+acknowledged (a power cut takes what no fsync covered), or before a new session;
+that includes a state written after this broker registered again, when it did so
+between the controller's read of the live brokers and its write. Leading that epoch
+again with the log it has now would make its followers truncate to it (they ask
+where the epoch ends, KIP-279). A state without the field (older code's) is led
+only if it was written after the current registration (the state node's mzxid above
+the broker epoch). Otherwise, until the controller, which sees the bounce by the
+same czxid, writes a new state (another leader, or this broker again at a new leader
+epoch and its new broker epoch), the partition is offline here; following another
+broker's leadership needs no such wait. Nor does it lead before it is registered
+under its session at all (a step reads the roles before it registers). A leader's
+ISR change keeps the field as it was.
 
 An ISR change (``request_isr``) is a leader's, relayed by the supervisor: it is written
 only if the state node still names this broker as leader with the same leader epoch,
@@ -128,13 +134,17 @@ class ReplicaRoles:
         key = (topic, partition)
         if state.leader == self.broker_id:
             epoch = self._broker_epoch()
-            if epoch is not None and stat.mzxid > epoch:
+            if epoch is not None and _leads(state, stat.mzxid, epoch):
                 entry["role"] = "leader"
             elif epoch is not None and key not in self._held_back:  # not registered yet: no news
                 self._held_back.add(key)
-                log.warning("%s-%d: the state naming this broker leader (leader epoch %d) was written before its "
-                            "registration (broker epoch %d); not leading until the controller writes a new one",
-                            topic, partition, state.leader_epoch, epoch)
+                if state.leader_broker_epoch is not None:
+                    why = f"elected under broker epoch {state.leader_broker_epoch}, not this registration's"
+                else:
+                    why = "written before this registration"
+                log.warning("%s-%d: the state naming this broker leader (leader epoch %d) was %s (broker epoch %d); "
+                            "not leading until the controller writes a new one", topic, partition, state.leader_epoch,
+                            why, epoch)
             if entry["role"] == "leader":
                 self._held_back.discard(key)
             return entry
@@ -178,3 +188,13 @@ class ReplicaRoles:
             return
         log.info("%s-%d: ISR %s -> %s (leader epoch %d)", topic, partition, list(state.isr), list(isr),
                  state.leader_epoch)
+
+
+def _leads(state, mzxid: int, broker_epoch: int) -> bool:
+    """Whether this broker, registered under ``broker_epoch``, leads under ``state`` (a
+    state naming it leader, last written at ``mzxid``): the registration the controller
+    elected it under is this one; for a state without it (older code's), the state was
+    written after this registration."""
+    if state.leader_broker_epoch is not None:
+        return state.leader_broker_epoch == broker_epoch
+    return mzxid > broker_epoch

@@ -2,15 +2,17 @@
 at a time with a growing epoch, first states for a new topic, failover of leaders when
 a broker's session ends, a stale controller that can neither overwrite a newer
 state nor keep acting, and brokers that registered again unseen (bounced: their
-czxid changed between rounds, or is newer than the state). Then the same with three real brokers: the controller runs in
-a broker's registrar, and SIGKILL of the controller's broker moves both the
-controllership and that broker's leaderships."""
+czxid changed between rounds, differs from the leader's broker epoch the state names,
+or is newer than the state), even during the round that elects them. Then the same
+with three real brokers: the controller runs in a broker's registrar, and SIGKILL of
+the controller's broker moves both the controllership and that broker's leaderships."""
 
 import json
 
 import pytest
 
 from mpbroker.registrar.controller import Controller
+from mpbroker.registrar.replica_roles import ReplicaRoles
 from mpbroker.registry import layout, replication, topic_admin
 from mpbroker.registry.replication import NO_LEADER, PartitionState
 from mpbroker.registry.zk_client import close_client, start_client
@@ -47,6 +49,16 @@ def states(client, topic: str, partitions: int) -> list:
     return result
 
 
+def broker_epoch(client, broker_id: int) -> int:
+    """Broker ``broker_id``'s broker epoch now: the czxid of its registration."""
+    return client.exists(layout.broker_path(broker_id)).czxid
+
+
+def elected(client, leader: int, leader_epoch: int, isr, controller_epoch: int) -> PartitionState:
+    """The state the controller writes for ``leader``: its broker epoch as registered now."""
+    return PartitionState(leader, leader_epoch, tuple(isr), controller_epoch, broker_epoch(client, leader))
+
+
 def next_round(controller) -> None:
     """Run a controller round now (a topic gets first states from its second round on)."""
     controller._next_round = 0
@@ -64,7 +76,7 @@ def test_one_controller_first_states_and_failover(sessions):
     next_round(controllers[0])
     assert first.get(replication.CONTROLLER_EPOCH)[0] == b"1"
     assert json.loads(first.get(replication.CONTROLLER)[0])["brokerid"] == 1
-    assert states(first, "t", 6) == [PartitionState(assignment[p][0], 0, tuple(assignment[p]), 1) for p in range(6)]
+    assert states(first, "t", 6) == [elected(first, assignment[p][0], 0, assignment[p], 1) for p in range(6)]
 
     close_client(first)  # broker 1 dies: its session, its registration and /controller go
     wait_for(lambda: not second.exists(replication.CONTROLLER), 10, what="/controller gone")
@@ -75,6 +87,7 @@ def test_one_controller_first_states_and_failover(sessions):
     for partition, state in enumerate(states(second, "t", 6)):
         replicas = assignment[partition]
         assert 1 not in state.isr and state.controller_epoch == 2
+        assert state.leader_broker_epoch == broker_epoch(second, state.leader)
         if replicas[0] == 1:  # its leader died: the next in the assignment, from the ISR
             assert state.leader == replicas[1] and state.leader_epoch == 1
         else:
@@ -115,11 +128,11 @@ def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessi
     controller = Controller(observer, 9)
     controller.step()
     next_round(controller)
-    assert states(observer, "t", 1)[0] == PartitionState(leader, 0, (leader, follower), 1)
+    assert states(observer, "t", 1)[0] == elected(observer, leader, 0, (leader, follower), 1)
     close_client(by_id[follower])  # the follower dies first: the ISR shrinks to the leader
     wait_for(lambda: topic_admin.live_brokers(observer) == sorted([leader, 9]), 10, what="the follower gone")
     controller.step()
-    assert states(observer, "t", 1)[0] == PartitionState(leader, 1, (leader,), 1)
+    assert states(observer, "t", 1)[0] == elected(observer, leader, 1, (leader,), 1)
     close_client(by_id[leader])  # then the last ISR member
     wait_for(lambda: topic_admin.live_brokers(observer) == [9], 10, what="both replicas gone")
     controller.step()
@@ -131,7 +144,7 @@ def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessi
     sessions(leader)  # the last ISR member is back: elected
     wait_for(lambda: len(topic_admin.live_brokers(observer)) == 3, 10, what="the leader back")
     controller.step()
-    assert states(observer, "t", 1)[0] == PartitionState(leader, 3, (leader,), 1)
+    assert states(observer, "t", 1)[0] == elected(observer, leader, 3, (leader,), 1)
 
 
 def bounce(sessions, by_id: dict, broker_id: int, observer) -> None:
@@ -149,15 +162,15 @@ def test_a_broker_registered_again_between_rounds_is_bounced(sessions):
     controller = Controller(observer, 9)
     controller.step()
     next_round(controller)
-    assert states(observer, "t", 2) == [PartitionState(1, 0, (1, 2, 3), 1), PartitionState(2, 0, (2, 1, 3), 1)]
+    assert states(observer, "t", 2) == [elected(observer, 1, 0, (1, 2, 3), 1), elected(observer, 2, 0, (2, 1, 3), 1)]
     bounce(sessions, by_id, 1, observer)
     controller.step()  # the same live ids, a new czxid for broker 1: a round at once
     # Its leadership goes to the next ISR member, and it leaves every ISR it was in.
-    assert states(observer, "t", 2) == [PartitionState(2, 1, (2, 3), 1), PartitionState(2, 1, (2, 3), 1)]
+    assert states(observer, "t", 2) == [elected(observer, 2, 1, (2, 3), 1), elected(observer, 2, 1, (2, 3), 1)]
     # It rejoins once caught up (its leader writes the ISR): not bounced again.
-    observer.set(replication.partition_state_path("t", 0), PartitionState(2, 1, (2, 3, 1), 1).value())
+    observer.set(replication.partition_state_path("t", 0), elected(observer, 2, 1, (2, 3, 1), 1).value())
     next_round(controller)
-    assert states(observer, "t", 2)[0] == PartitionState(2, 1, (2, 3, 1), 1)
+    assert states(observer, "t", 2)[0] == elected(observer, 2, 1, (2, 3, 1), 1)
 
 
 def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions, monkeypatch):
@@ -171,33 +184,40 @@ def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions,
     bounce(sessions, by_id, 3, observer)
     real_set = observer.set
 
+    rewritten = elected(observer, 1, 0, (1, 2, 3), 1)
+
     def leader_writes_first(node, value, version=-1):  # the leader's ISR write lands first
-        real_set(node, PartitionState(1, 0, (1, 2, 3), 1).value())
+        real_set(node, rewritten.value())
         return real_set(node, value, version=version)
 
     monkeypatch.setattr(observer, "set", leader_writes_first)
     controller.step()  # BadVersion: and the state is now newer than broker 3's registration
     monkeypatch.undo()
     assert observer.exists(path).mzxid > observer.exists(layout.broker_path(3)).czxid
-    assert states(observer, "t", 1) == [PartitionState(1, 0, (1, 2, 3), 1)]
+    assert states(observer, "t", 1) == [rewritten]
     next_round(controller)  # the bounce seen between rounds is still pending
-    assert states(observer, "t", 1) == [PartitionState(1, 1, (1, 2), 1)]
+    assert states(observer, "t", 1) == [elected(observer, 1, 1, (1, 2), 1)]
 
 
-def test_a_new_controller_finds_a_leader_registered_after_its_state(sessions):
+@pytest.mark.parametrize("older_state", [False, True])
+def test_a_new_controller_finds_a_leader_registered_after_its_state(sessions, older_state):
     by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
     observer = sessions(9)
     observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3]}), makepath=True)
     first = Controller(observer, 9)
     first.step()
     next_round(first)
-    assert states(observer, "t", 1) == [PartitionState(1, 0, (1, 2, 3), 1)]
+    assert states(observer, "t", 1) == [elected(observer, 1, 0, (1, 2, 3), 1)]
+    if older_state:  # written by older code: no leader_broker_epoch
+        observer.set(replication.partition_state_path("t", 0), PartitionState(1, 0, (1, 2, 3), 1).value())
     first.resign()
     bounce(sessions, by_id, 1, observer)  # while no controller looks
-    second = Controller(observer, 9)  # no round before: only the state's mzxid tells
+    # No round before: only the state tells (the leader's broker epoch it names, or,
+    # in an older state, its mzxid below the leader's registration).
+    second = Controller(observer, 9)
     second.step()
     assert second.epoch == 2
-    assert states(observer, "t", 1) == [PartitionState(2, 1, (2, 3), 2)]
+    assert states(observer, "t", 1) == [elected(observer, 2, 1, (2, 3), 2)]
 
 
 def test_a_bounced_broker_alone_in_the_isr_leads_again_at_a_new_epoch(sessions):
@@ -210,12 +230,72 @@ def test_a_bounced_broker_alone_in_the_isr_leads_again_at_a_new_epoch(sessions):
     close_client(by_id[2])
     wait_for(lambda: not observer.exists(layout.broker_path(2)), 10, what="broker 2 gone")
     controller.step()
-    assert states(observer, "t", 1) == [PartitionState(1, 1, (1,), 1)]
+    old = elected(observer, 1, 1, (1,), 1)
+    assert states(observer, "t", 1) == [old]
     bounce(sessions, by_id, 1, observer)
     controller.step()
-    assert states(observer, "t", 1) == [PartitionState(1, 2, (1,), 1)]
+    again = elected(observer, 1, 2, (1,), 1)
+    assert again.leader_broker_epoch != old.leader_broker_epoch
+    assert states(observer, "t", 1) == [again]
     next_round(controller)  # applied: nothing more
-    assert states(observer, "t", 1) == [PartitionState(1, 2, (1,), 1)]
+    assert states(observer, "t", 1) == [again]
+
+
+def roles_of(client, broker_id: int) -> dict:
+    """``{(topic, partition): (role, leader epoch)}`` as broker ``broker_id``'s registrar
+    reads them under its current registration."""
+    sent = {}
+
+    def send(**fields):
+        for entry in fields.get("partitions", []):
+            sent[(entry["topic"], entry["partition"])] = (entry["role"], entry["leader_epoch"])
+
+    ReplicaRoles(client, broker_id, send, broker_epoch=lambda: broker_epoch(client, broker_id)).step()
+    return sent
+
+
+def test_a_leader_that_registered_again_during_the_round_electing_it_does_not_lead(sessions, monkeypatch):
+    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
+    observer = sessions(9)
+    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3], 1: [1, 2]}), makepath=True)
+    first = Controller(observer, 9)
+    first.step()
+    next_round(first)
+    assert states(observer, "t", 2) == [PartitionState(1, 0, (1, 2, 3), 1, broker_epoch(observer, 1)),
+                                        PartitionState(1, 0, (1, 2), 1, broker_epoch(observer, 1))]
+    close_client(by_id[1])  # the leader dies: broker 2 is elected in both partitions
+    wait_for(lambda: not observer.exists(layout.broker_path(1)), 10, what="broker 1 gone")
+    stale = broker_epoch(observer, 2)  # what the round reads before it decides
+    real_set = observer.set
+
+    def bounced_before_the_write(node, value, version=-1):  # broker 2 restarts after the round's read
+        if broker_epoch(observer, 2) == stale:
+            bounce(sessions, by_id, 2, observer)
+        return real_set(node, value, version=version)
+
+    monkeypatch.setattr(observer, "set", bounced_before_the_write)
+    first.step()
+    monkeypatch.undo()
+    fresh = broker_epoch(observer, 2)
+    written = states(observer, "t", 2)
+    assert [state[:4] for state in written] == [(2, 1, (2, 3), 1), (2, 1, (2,), 1)]
+    # Written after broker 2's new registration (the mzxid rule would let it lead), but
+    # naming the registration the controller read: broker 2 does not lead under them.
+    path = replication.partition_state_path("t", 0)
+    assert observer.exists(path).mzxid > fresh
+    assert [state.leader_broker_epoch for state in written] == [stale, stale]
+    assert roles_of(by_id[2], 2) == {("t", 0): ("offline", 1), ("t", 1): ("offline", 1)}
+
+    first.resign()
+    second = Controller(observer, 9)  # a new controller: no round before, only the states tell
+    second.step()
+    assert second.epoch == 2
+    assert states(observer, "t", 2) == [PartitionState(3, 2, (3,), 2, broker_epoch(observer, 3)),  # moved
+                                        PartitionState(2, 2, (2,), 2, fresh)]  # the only live ISR member
+    assert roles_of(by_id[2], 2) == {("t", 0): ("follower", 2), ("t", 1): ("leader", 2)}
+    next_round(second)  # rewritten with its broker epoch: not bounced any more
+    assert states(observer, "t", 2) == [PartitionState(3, 2, (3,), 2, broker_epoch(observer, 3)),
+                                        PartitionState(2, 2, (2,), 2, fresh)]
 
 
 def test_the_controller_runs_in_a_brokers_registrar_and_fails_over(broker_factory, zk_connect):

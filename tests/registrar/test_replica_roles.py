@@ -1,8 +1,9 @@
 """This broker's roles as its registrar reads them (mpbroker.registrar.replica_roles), on a
-real ZooKeeper: it leads only under a state written after its current registration
-(its broker epoch, the czxid ``BrokerRegistration`` records); a state from before
-that, a previous life's, leaves the partition offline here until the controller
-writes a new one. Following another broker needs no such wait."""
+real ZooKeeper: it leads only under a state naming its current registration (its
+broker epoch, the czxid ``BrokerRegistration`` records, in ``leader_broker_epoch``),
+or, for a state without it, one written after that registration; a state of a
+previous life leaves the partition offline here until the controller writes a new
+one. Following another broker needs no such wait."""
 
 from mpbroker.registrar.broker_registration import BrokerRegistration
 from mpbroker.registrar.replica_roles import ReplicaRoles
@@ -59,6 +60,40 @@ def test_a_broker_leads_only_under_a_state_written_after_its_registration(zk_con
         registration.register()
         read = roles_of(client, registration)
         assert read() == {("t", 0): ("offline", 4), ("t", 1): ("follower", 0)}
+    finally:
+        close_client(client)
+        close_client(admin)
+
+
+def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registration(zk_connect):
+    admin = start_client(zk_connect, 6000, 30_000)
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
+        led = replication.partition_state_path("t", 0)
+        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration.register()
+        old = registration.broker_epoch
+        admin.create(led, PartitionState(1, 3, (1, 2), 1, old).value(), makepath=True)
+        assert roles_of(client, registration)() == {("t", 0): ("leader", 3)}
+
+        # The broker registers again after the controller read its registration, before
+        # the controller wrote: the state is newer than the registration, but names the old one.
+        close_client(client)
+        client = start_client(zk_connect, 6000, 30_000)
+        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration.register()
+        assert registration.broker_epoch != old
+        admin.set(led, PartitionState(1, 4, (1, 2), 1, old).value())
+        assert admin.exists(led).mzxid > registration.broker_epoch
+        read = roles_of(client, registration)
+        assert read() == {("t", 0): ("offline", 4)}
+
+        admin.set(led, PartitionState(1, 5, (1,), 1, registration.broker_epoch).value())  # the controller's next
+        assert read() == {("t", 0): ("leader", 5)}
+        # A state without the field (older code's): the mzxid rule, written after the registration.
+        admin.set(led, PartitionState(1, 6, (1,), 1).value())
+        assert read() == {("t", 0): ("leader", 6)}
     finally:
         close_client(client)
         close_client(admin)
