@@ -44,10 +44,18 @@ lost what it had acknowledged (a power cut takes what no fsync covered), so it
 leaves the ISR and its leaderships go to other ISR members, or back to it at a new
 leader epoch. The brokers hold their side (``replica_roles``): a broker leads only
 under a state that names its current broker epoch (or, without the field, one
-written after its registration). A bounce seen between rounds is applied again
-until a round has no write conflict (a state that changed under the controller is
-decided again next round, and by then the czxid no longer differs); the epochs are
-read again only when the children of ``/brokers/ids`` changed (its pzxid).
+written after its registration). A bounce is applied once per partition: one seen
+between rounds applies to every partition whose state names the broker in that
+round (or, if a ZooKeeper error cut the round short, in the next rounds to the
+partitions not decided yet). A partition whose write meets a conflict (its state
+changed under the controller: decided again next round, when the czxid no longer
+differs and the new state may be newer than the registration) keeps the brokers
+bounced there pending, for that partition only, until a write there succeeds or
+there is nothing left to change; a broker no longer live is dropped (handled as
+dead). Any other partition is judged by its own state alone, so a broker that has
+rejoined an ISR since, or been elected again at a new leader epoch, is left alone.
+The epochs are read again only when the children of ``/brokers/ids`` changed (its
+pzxid).
 """
 
 import json
@@ -75,8 +83,10 @@ class Controller:
         self._next_round = 0.0
         self._live = None  # the live brokers of the last round: broker id -> broker epoch (czxid)
         self._epochs = (None, {})  # (/brokers/ids's pzxid, broker id -> czxid) as last read
-        self._bounced = set()  # brokers whose czxid changed between rounds, until a round without conflicts
-        self._conflicts = False  # a write of this round found the node changed
+        # Brokers whose czxid changed between rounds -> the partitions decided since (a
+        # round that a ZooKeeper error cut short leaves the others to the next one).
+        self._registered_again = {}
+        self._pending = {}  # (topic, partition) -> brokers bounced there whose write conflicted
         self._seen = set()  # the topics of the last round: only they get first states
 
     @property
@@ -105,16 +115,19 @@ class Controller:
                     log.warning("broker %d registered again (broker epoch %d, was %d) without being seen gone "
                                 "(a restart, or a new session): moving its leaderships and taking it out of the "
                                 "ISRs", broker, epoch, self._live[broker])
-                    self._bounced.add(broker)
-        self._bounced = {broker for broker in self._bounced if broker in live}  # a dead one is handled as dead
+                    self._registered_again[broker] = set()  # every partition, even one decided before
+        # A dead broker is handled as dead.
+        self._registered_again = {broker: done for broker, done in self._registered_again.items() if broker in live}
+        self._pending = {key: pending for key, brokers in self._pending.items()
+                         if (pending := {broker for broker in brokers if broker in live})}
         self._live = live
-        self._conflicts = False
         topics = topic_names(self.client)
         for topic in topics:  # each topic node read once: _elect skips the 0.7 ones
             self._elect(topic, live, may_start=topic in self._seen)
         self._seen = set(topics)
-        if self.active and not self._conflicts:
-            self._bounced.clear()  # applied everywhere
+        if self.active:  # every partition decided: what is left is in _pending
+            self._registered_again.clear()
+            self._pending = {key: brokers for key, brokers in self._pending.items() if key[0] in self._seen}
 
     def resign(self) -> None:
         """Stop acting as the controller (and give the node up if it is ours)."""
@@ -122,7 +135,8 @@ class Controller:
             log.info("no longer the controller (epoch %d)", self.epoch)
         self.epoch = None
         self._live = None
-        self._bounced.clear()
+        self._registered_again.clear()
+        self._pending.clear()
         try:
             value, stat = self.client.get(replication.CONTROLLER)
             if stat.ephemeralOwner == self.client.client_id[0]:
@@ -178,7 +192,8 @@ class Controller:
             log.warning("the /controller node is no longer this session's; resigning")
             self.epoch = None
             self._live = None
-            self._bounced.clear()
+            self._registered_again.clear()
+            self._pending.clear()
             return False
         return True
 
@@ -233,7 +248,7 @@ class Controller:
                     log.info("%s-%d: leader %d, ISR %s (new partition)", topic, partition, state.leader,
                              list(state.isr))
                 except NodeExistsError:
-                    self._conflicts = True  # written meanwhile: read again next round
+                    pass  # written meanwhile: decided from what it says next round
             return
         try:
             current = replication.parse_partition_state(topic, partition, value)
@@ -245,17 +260,28 @@ class Controller:
                         current.controller_epoch, self.epoch)
             self.resign()
             return
+        key = (topic, partition)
+        pending = self._pending.get(key, set())
+        again = {broker for broker, done in self._registered_again.items() if key not in done}
         bounced = {broker for broker in (current.leader, *current.isr)
-                   if broker in live and (broker in self._bounced or _bounced_since(current, stat.mzxid, broker, live))}
+                   if broker in live and (broker in again or broker in pending
+                                          or _bounced_since(current, stat.mzxid, broker, live))}
         state = _with_broker_epoch(next_state(current, replicas, live, self.epoch, unclean=self.unclean,
                                               bounced=bounced), live)
-        if state is None:
+        conflict = False
+        if state is not None:
+            try:
+                self.client.set(path, state.value(), version=stat.version)
+            except BadVersionError:
+                conflict = True  # changed since read: decided again next round
+        if conflict and bounced:  # these brokers still as bounced there (the new state may be newer than them)
+            self._pending[key] = bounced
+        else:  # written, or nothing to change: applied
+            self._pending.pop(key, None)
+        for done in self._registered_again.values():
+            done.add(key)
+        if state is None or conflict:
             return
-        try:
-            self.client.set(path, state.value(), version=stat.version)
-        except BadVersionError:
-            self._conflicts = True
-            return  # changed since read: decided again next round
         log.info("%s-%d: leader %d, leader epoch %d, ISR %s (live brokers %s%s)", topic, partition, state.leader,
                  state.leader_epoch, list(state.isr), sorted(live),
                  f", bounced {sorted(bounced)}" if bounced else "")

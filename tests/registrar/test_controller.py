@@ -10,6 +10,7 @@ the controller's broker moves both the controllership and that broker's leadersh
 import json
 
 import pytest
+from kazoo.exceptions import ConnectionLoss
 
 from mpbroker.registrar.controller import Controller
 from mpbroker.registrar.replica_roles import ReplicaRoles
@@ -197,6 +198,45 @@ def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions,
     assert states(observer, "t", 1) == [rewritten]
     next_round(controller)  # the bounce seen between rounds is still pending
     assert states(observer, "t", 1) == [elected(observer, 1, 1, (1, 2), 1)]
+
+
+@pytest.mark.parametrize("failure", ["conflict", "connection loss"])
+def test_a_write_conflict_keeps_a_bounce_pending_only_where_it_was_not_applied(sessions, monkeypatch, failure):
+    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
+    observer = sessions(9)
+    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2], 1: [1], 2: [2, 1]}),
+                    makepath=True)
+    controller = Controller(observer, 9)
+    controller.step()
+    next_round(controller)
+    conflicted = replication.partition_state_path("t", 2)
+    bounce(sessions, by_id, 1, observer)
+    real_set = observer.set
+    rewritten = elected(observer, 2, 0, (2, 1), 1)
+
+    def leader_writes_first(node, value, version=-1):  # partition 2's leader writes its state meanwhile
+        if node == conflicted:
+            real_set(node, rewritten.value())
+            if failure == "connection loss":  # and the round ends there (the registrar retries)
+                raise ConnectionLoss()
+        return real_set(node, value, version=version)
+
+    monkeypatch.setattr(observer, "set", leader_writes_first)
+    if failure == "conflict":
+        controller.step()  # partitions 0 and 1 written, partition 2 BadVersion
+    else:
+        with pytest.raises(ConnectionLoss):
+            controller.step()
+    monkeypatch.undo()
+    handled = [elected(observer, 2, 1, (2,), 1), elected(observer, 1, 1, (1,), 1)]
+    assert states(observer, "t", 3) == [*handled, rewritten]
+    # Broker 1 catches up with partition 0's new leader, which writes it back into the ISR.
+    rejoined = elected(observer, 2, 1, (2, 1), 1)
+    observer.set(replication.partition_state_path("t", 0), rejoined.value())
+    next_round(controller)  # only partition 2 is pending: it leaves that ISR, and nothing else moves
+    assert states(observer, "t", 3) == [rejoined, handled[1], elected(observer, 2, 1, (2,), 1)]
+    next_round(controller)
+    assert states(observer, "t", 3) == [rejoined, handled[1], elected(observer, 2, 1, (2,), 1)]
 
 
 @pytest.mark.parametrize("older_state", [False, True])
