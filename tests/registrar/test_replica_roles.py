@@ -97,3 +97,23 @@ def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registratio
     finally:
         close_client(client)
         close_client(admin)
+
+
+def test_a_leaders_isr_change_keeps_the_leaders_broker_epoch(zk_connect):
+    admin = start_client(zk_connect, 6000, 30_000)
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
+        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration.register()
+        led = replication.partition_state_path("t", 0)
+        admin.create(led, PartitionState(1, 3, (1,), 1, registration.broker_epoch).value(), makepath=True)
+        roles = ReplicaRoles(client, 1, lambda **fields: None, broker_epoch=lambda: registration.broker_epoch)
+        roles.request_isr({"topic": "t", "partition": 0, "leader_epoch": 3, "isr": [1, 2],
+                           "version": admin.exists(led).version})
+        written = replication.parse_partition_state("t", 0, admin.get(led)[0])
+        assert written == PartitionState(1, 3, (1, 2), 1, registration.broker_epoch)
+        assert roles_of(client, registration)() == {("t", 0): ("leader", 3)}
+    finally:
+        close_client(client)
+        close_client(admin)
