@@ -4,8 +4,10 @@ Owns the sequence of a run: a private network and a fresh cluster (ZooKeeper and
 brokers under the power-cut shim), a topic of two partitions (RF 3,
 ``min.insync.replicas`` 2), the workload (``workload``) recording into a ``History``,
 the schedule's faults (``nemesis``) after a few quiet seconds, a few more seconds of
-load after the last heal, then the settle (full ISR, high watermark at the log end),
-the final reads and ``check(history)``. ``run_schedule`` returns a ``RunResult``; the
+load after the last heal (every partition must acknowledge a durability-2 write within
+``LIVENESS_S`` of it: a cluster that takes nothing after the faults fails), then the
+settle (full ISR, high watermark at the log end), the final reads and
+``check(history)``. ``run_schedule`` returns a ``RunResult``; the
 history is saved beside the cluster's files so a failed run can be checked again
 offline (``History.load``) and the seed replays its schedule.
 
