@@ -5,9 +5,9 @@ The registrar sends ``roles`` messages with what changed; the supervisor keeps t
 latest entry of each partition and the replicated topics, so that a respawned worker
 gets its partitions' roles (and a respawned acceptor the topics) as soon as it is
 ready, without asking ZooKeeper. The first topics, even none, always go to the
-acceptor: until then it serves no partition that has leader epochs on disk. Each worker gets only the partitions it owns
-(``ownership.owner_slot``): the one-owner-per-partition rule holds for replication
-too.
+acceptor: until then it serves no topic that has leader epochs on disk. Each worker
+gets only the partitions it owns (``ownership.owner_slot``): the one-owner-per-partition
+rule holds for replication too.
 """
 
 from mpbroker.ownership import owner_slot
