@@ -103,10 +103,12 @@ class Connection:
         return not self.responses and not self.output
 
     @property
-    def awaiting_worker(self) -> bool:
-        """The broker owes this client: its next answer waits for a worker, or its
-        requests wait for room in a worker's queue."""
-        return self._paused or bool(self.responses and not self.responses[0].ready)
+    def owed_answer(self) -> bool:
+        """The broker owes this client: an answer not yet handed to the socket (waiting
+        for a worker, or ready since this round of events and not sent yet), or
+        requests waiting for room in a worker's queue. Not idle, however long ago its
+        last byte moved (``limits.overdue``)."""
+        return self._paused or bool(self.responses)
 
     # --- state: read-only outside; the transitions below change it ----------------
 

@@ -4,9 +4,10 @@
   ``max.connections.per.ip`` (one address must not take every ``max.connections`` slot);
 - ``overdue``: the sweep for connections past a deadline. Idle: no byte moved either way
   for ``connections.max.idle.ms``, unless the broker keeps the client waiting (an answer
-  owed by a worker, a full worker queue). Slow: a request whose first byte arrived more
-  than ``request.receive.timeout.ms`` ago is still not complete (a client that sends a
-  byte now and then would never be idle), unless the broker is not reading the
+  owed by a worker, or ready and not yet sent: the sweep can run in the round of events
+  that made it ready; a full worker queue). Slow: a request whose first byte arrived
+  more than ``request.receive.timeout.ms`` ago is still not complete (a client that
+  sends a byte now and then would never be idle), unless the broker is not reading the
   connection (paused or throttled: that time is the broker's, and the clock starts
   again when it reads on).
 
@@ -63,7 +64,7 @@ def overdue(connections, now: float, idle_ms: int, receive_timeout_ms: int):
     frame_cutoff = now - receive_timeout_ms / 1000
     idle, slow = [], []
     for connection in connections:
-        if connection.last_active < idle_cutoff and not connection.awaiting_worker:
+        if connection.last_active < idle_cutoff and not connection.owed_answer:
             idle.append(connection)
             continue
         reader = connection.reader

@@ -101,7 +101,7 @@ def test_a_paused_connection_is_not_read_until_unpaused(pair):
     connection, client = pair
     assert connection.pause() is True
     assert connection.pause() is False  # paused already: the router keeps it once
-    assert connection.paused and connection.awaiting_worker
+    assert connection.paused and connection.owed_answer
     assert connection.interest(NOT_STOPPING) & EVENT_READ == 0
 
     receive_frames(connection, client, 2)
