@@ -13,6 +13,7 @@ from mpbroker.codec.framing import FrameReader
 
 MAX_RESPONSE_BYTES = 1 << 30
 _MAX_BACKOFF_S = 10.0
+_MAX_IOV = 1024  # buffers per sendmsg (Linux's IOV_MAX)
 
 
 class BrokerConnection:
@@ -82,11 +83,23 @@ class BrokerConnection:
         if self._sock is not None and self._peer_closed():
             self.close()
         self.connect()
-        pending = [memoryview(buffer) for buffer in buffers if len(buffer)]
-        index = 0
         try:
+            if len(buffers) <= _MAX_IOV:  # usually one write takes it all
+                sent = self._sock.sendmsg(buffers)
+                if sent == sum(map(len, buffers)):
+                    return
+            else:
+                sent = 0
+            pending = [memoryview(buffer) for buffer in buffers if len(buffer)]
+            index = 0
+            while sent and index < len(pending):  # what the first write took
+                if sent < len(pending[index]):
+                    pending[index] = pending[index][sent:]
+                    break
+                sent -= len(pending[index])
+                index += 1
             while index < len(pending):
-                sent = self._sock.sendmsg(pending[index:index + 1024])
+                sent = self._sock.sendmsg(pending[index:index + _MAX_IOV])
                 while index < len(pending) and sent >= len(pending[index]):
                     sent -= len(pending[index])
                     index += 1

@@ -2,8 +2,14 @@
 
 Messages are grouped per (broker, partition); each group becomes one message set
 (one compressed wrapper message when the topic is compressed) and one request. In
-fire-and-forget mode (``acks=none``, 0.7's PRODUCE) a broker's requests go out in one
-vectored write; in acknowledged mode (``acks=append`` or ``flush``, PRODUCE_ACKED)
+fire-and-forget mode (``acks=none``, 0.7's PRODUCE) a sync send queues a broker's
+requests on the connection's write-behind queue and returns: a thread writes them in
+order, the requests issued while a write is under way sharing the next write
+(``write_behind``: one system call per message was most of a batch-1 send's time).
+``flush()`` waits until they were written; what could not be written is raised by the
+next ``send`` or ``flush`` (BrokerUnavailableError). A connection that is down is
+written inline, so a broker that cannot be reached fails the send at once. In
+acknowledged mode (``acks=append`` or ``flush``, PRODUCE_ACKED)
 they are pipelined on the connection and their answers read in order, and ``send``
 returns where each set was written.
 
@@ -59,6 +65,7 @@ from mpbroker.clients.core.errors import (
     error_for,
 )
 from mpbroker.clients.core.settings import ProducerSettings
+from mpbroker.clients.core.write_behind import WriteBehind
 from mpbroker.clients.producer.async_sender import AsyncSender
 from mpbroker.clients.producer.auditor import ProducerAuditor
 from mpbroker.clients.producer.callbacks import NoCallbacks, load_callbacks
@@ -137,6 +144,7 @@ class Producer:
         self.callbacks = load_callbacks(settings.callback_handler)
         self.auditor = None  # audit.envelope: stamps, counts and publishes (mpbroker.clients.producer.auditor)
         self._connections = {}  # broker id -> (lock, BrokerConnection), made on first use
+        self._writers = {}  # broker id -> WriteBehind: sync fire-and-forget requests (write_behind)
         self._connections_lock = threading.Lock()
         self._leaders = None  # zk.connect: the leaders of replicated topics (mpbroker.clients.core.leaders)
         if settings.zk_connect:  # after the checks that can refuse a setting: no session left open
@@ -163,8 +171,9 @@ class Producer:
     def send(self, topic: str, messages, key=None):
         """Send one message (bytes or str) or a list of them, all with ``key``.
 
-        Sync: delivered when this returns; the result is a list of SendResult (offsets
-        filled in for acknowledged modes). Async: queued; returns None (QueueFullError
+        Sync: delivered when this returns (``acks=none``: queued for its connection's
+        writer, in order; ``flush()`` waits until it was written); the result is a list of
+        SendResult (offsets filled in for acknowledged modes). Async: queued; returns None (QueueFullError
         if the queue stayed full for ``queue.enqueueTimeout.ms``)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
@@ -202,11 +211,21 @@ class Producer:
             return self.deliver(items)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Async: wait until everything queued so far was delivered (or failed);
-        False if ``timeout`` seconds passed first."""
+        """Wait until everything queued so far was delivered (or failed); False if
+        ``timeout`` seconds passed first. Async: the send queue; sync ``acks=none``: the
+        write-behind queues, raising BrokerUnavailableError for messages that could not
+        be written."""
         if self._closed:
             raise ProducerClosedError("flush() after close()")
-        return self._sender.flush(timeout) if self._sender is not None else True
+        if self._sender is not None:
+            return self._sender.flush(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = True
+        for broker_id, writer in list(self._writers.items()):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            done = writer.flush(left) and done
+            self._raise_write_failure(broker_id, writer, "")
+        return done
 
     def close(self, timeout: float | None = None) -> bool:
         """Deliver what is queued, then close every connection. False if the queue could
@@ -216,6 +235,7 @@ class Producer:
         self._closed = True
         if self._sender is not None and not self._sender.close(timeout):
             return False
+        written = self._close_writers(timeout)
         if self.auditor is not None:
             self.auditor.close()  # after the queue was delivered: publishes every count
         for lock, connection in list(self._connections.values()):
@@ -224,7 +244,22 @@ class Producer:
         close_metadata = getattr(self._metadata, "close", None)
         if close_metadata is not None:
             close_metadata()  # zk.connect: ends the ZooKeeper session
-        return True
+        return written
+
+    def _close_writers(self, timeout: float | None) -> bool:
+        """Write what the write-behind queues hold (sync fire-and-forget) and end their
+        threads; False if some of it was not written (logged and counted as failed)."""
+        written = True
+        for broker_id, writer in list(self._writers.items()):
+            if not writer.close(timeout):
+                written = False
+            failed, failure = writer.take_failure()
+            if failed:
+                self.stats.messages_failed += failed
+                log.error("%d fire-and-forget message(s) to broker %d could not be written: %s",
+                          failed, broker_id, failure)
+        self._writers.clear()
+        return written
 
     def __enter__(self):
         return self
@@ -334,17 +369,16 @@ class Producer:
             bucket = groups.setdefault((pair[0], topic, pair[1]), [])
             bucket.append(payload)
             last_topic, last_key = topic, key
-        requests = []
-        for (broker_id, topic, partition), payloads in groups.items():
-            requests.extend(self._requests(topic, broker_id, partition, payloads))
         by_broker = {}
         to_leaders = []
-        for request in requests:
-            if request.topic in replicated:
-                request.replicated = True
-                to_leaders.append(request)
+        for (broker_id, topic, partition), payloads in groups.items():
+            requests = self._requests(topic, broker_id, partition, payloads)
+            if topic in replicated:
+                for request in requests:
+                    request.replicated = True
+                to_leaders.extend(requests)
             else:
-                by_broker.setdefault(request.broker_id, []).append(request)
+                by_broker.setdefault(broker_id, []).extend(requests)
         results = []
         first_error = None
         failed = 0
@@ -385,7 +419,8 @@ class Producer:
         is compressed, split in halves while a wrapper would exceed max.message.size."""
         codec = self.settings.compresses(topic)
         if not codec:
-            return [_Request(topic, broker_id, partition, payloads, encode_message_set(payloads))]
+            message_set = encode_message(payloads[0]) if len(payloads) == 1 else encode_message_set(payloads)
+            return [_Request(topic, broker_id, partition, payloads, message_set)]
         compressed = compress(codec, encode_message_set(payloads))
         if len(compressed) <= self.settings.max_message_size:
             return [_Request(topic, broker_id, partition, payloads, encode_message(compressed, codec))]
@@ -399,6 +434,9 @@ class Producer:
         """Deliver ``requests`` to one broker, retrying what failed retriably; the
         SendResults of what got through are appended to ``results`` as it goes."""
         lock, connection = self._connection_for(broker_id)
+        if self.settings.acks == "none" and self._sender is None and self._write_behind(
+                broker_id, lock, connection, requests, results):
+            return
         last_error = None
         for attempt in range(self.settings.num_retries + 1):
             if attempt:
@@ -415,6 +453,46 @@ class Producer:
             last_error = BrokerUnavailableError(
                 f"{len(requests)} request(s) to broker {broker_id}: partition unavailable (its worker is restarting)")
         raise last_error
+
+    def _write_behind(self, broker_id: int, lock, connection, requests: list, results: list) -> bool:
+        """Sync fire-and-forget: queue ``requests`` on the broker's write-behind queue
+        (``write_behind``: requests issued while a write is under way share the next
+        one); True if queued. False while the connection is down and nothing is queued:
+        the caller then writes them itself, so that a broker it cannot reach fails this
+        send at once. Raises, first, the failure of earlier queued requests."""
+        writer = self._writers.get(broker_id)
+        if writer is not None and writer.connection is not connection:  # the broker moved
+            writer.close(self.settings.socket_timeout_ms / 1000)
+            self._raise_write_failure(broker_id, writer, "; the messages of this call were not sent")
+            writer = None
+        if writer is not None and writer.failed:
+            self._raise_write_failure(broker_id, writer, "; the messages of this call were not sent")
+        if not connection.connected and (writer is None or not writer.busy):
+            return False
+        if writer is None:
+            writer = self._writers[broker_id] = WriteBehind(lock, connection, self.settings.num_retries,
+                                                            self.settings.retry_backoff_ms / 1000)
+        buffers = []
+        messages = 0
+        for request in requests:
+            buffers += rq.produce_parts(request.topic, request.partition, request.message_set)
+            count = len(request.payloads)
+            messages += count
+            results.append(SendResult(request.topic, broker_id, request.partition, count, None, None))
+        writer.submit(buffers, messages)
+        self._count(requests)
+        return True
+
+    def _raise_write_failure(self, broker_id: int, writer, what_else: str) -> None:
+        """Raise BrokerUnavailableError for the messages ``writer`` could not write, if
+        any (counted as failed here; the broker's partitions are probed again)."""
+        failed, failure = writer.take_failure()
+        if not failed:
+            return
+        self.stats.messages_failed += failed
+        self._metadata.invalidate_all()
+        raise BrokerUnavailableError(f"{failed} fire-and-forget message(s) sent earlier to broker {broker_id} "
+                                     f"could not be written ({failure}){what_else}") from failure
 
     def _send_to_leaders(self, requests: list, results: list) -> None:
         """Deliver a replicated topic's ``requests``, each to its partition's current leader

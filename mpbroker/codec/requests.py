@@ -9,6 +9,7 @@ trailing bytes raise MalformedRequestError. Topic names come back as ``str``
 acceptable is the broker's rule (``mpbroker.codec.topic_names.check_topic``).
 """
 
+import functools
 import struct
 from enum import IntEnum
 from typing import NamedTuple
@@ -239,10 +240,19 @@ def _frame(body: bytes) -> bytes:
     return SIZE.pack(len(body)) + body
 
 
+@functools.lru_cache(maxsize=1024)
+def _produce_head(topic: str, partition: int) -> tuple:
+    """A PRODUCE frame's bytes from the request type to the partition, and their
+    count plus the set size's four: the same for every set a producer sends there."""
+    head = _INT16.pack(RequestType.PRODUCE) + _string(topic) + _INT32.pack(partition)
+    return head, len(head) + 4
+
+
 def produce_parts(topic: str, partition: int, message_set) -> tuple:
     """``(header, message_set)`` of a PRODUCE frame: send both (vectored) without a copy."""
-    head = _INT16.pack(RequestType.PRODUCE) + _string(topic) + _PRODUCE_TAIL.pack(partition, len(message_set))
-    return SIZE.pack(len(head) + len(message_set)) + head, message_set
+    head, head_size = _produce_head(topic, partition)
+    size = len(message_set)
+    return SIZE.pack(head_size + size) + head + _INT32.pack(size), message_set
 
 
 def encode_produce(topic: str, partition: int, message_set) -> bytes:

@@ -1,0 +1,147 @@
+"""Fire-and-forget requests to one broker, written behind their caller.
+
+A sync producer with ``acks=none`` used to write each request itself: one system call
+per ``send()``, which on this kind of machine costs more than the Python that makes a
+one-message request (the paper's batch 1), so the producer spent most of its time in
+the kernel. Here ``submit`` queues a request's buffers and returns, and one thread per
+connection writes everything queued since its last write in one write: requests
+issued while a write is under way share the next one. Each request stays its own
+request on the wire, in the order submitted.
+
+What a caller can count on:
+
+- **Order**: requests reach the socket in the order ``submit`` was called.
+- **flush()**: returns once everything submitted before it was handed to the socket
+  (as a sync send did on return).
+- **Failure**: a write that fails is tried again on a new connection
+  (``retries`` times, ``backoff_s`` apart; a resend may duplicate, as any
+  fire-and-forget resend may). What still could not be written is counted until the
+  owner takes it (``take_failure``: the producer raises it from its next call).
+- **Bounded**: at most ``max_queued_bytes`` wait; ``submit`` blocks for room.
+
+What it gives up: between ``submit`` returning and the write (microseconds when the
+writer is idle; up to Python's thread switch interval under a tight loop), the
+request is in this process only, so a process killed then loses it where a write in
+the caller would have left it in the kernel. Callers that need more call ``flush()``,
+or use an acknowledged mode.
+
+Written by hand: the standard library's queues hand over one item at a time, and the
+point here is to hand over everything queued at once.
+"""
+
+import threading
+import time
+
+from mpbroker.clients.core.errors import BrokerUnavailableError
+
+DEFAULT_MAX_QUEUED_BYTES = 8 << 20
+
+
+class WriteBehind:
+    """The write-behind queue and thread of one ``BrokerConnection``. ``lock`` is the
+    connection's lock, held for each write (other requests share the connection)."""
+
+    def __init__(self, lock, connection, retries: int, backoff_s: float,
+                 max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES):
+        self.lock = lock
+        self.connection = connection
+        self._retries = retries
+        self._backoff_s = backoff_s
+        self._max_queued_bytes = max_queued_bytes
+        self._state = threading.Condition()
+        self._queue = []  # buffers, in submission order
+        self._queued_bytes = 0
+        self._queued_messages = 0
+        self._busy = False  # something is queued or being written
+        self._closed = False
+        self._failed = 0  # messages not written, not yet reported
+        self._failure = None  # the error that made them fail
+        self._thread = None
+        self.writes = 0  # the number of writes (each holds one or more requests)
+
+    @property
+    def failed(self) -> int:
+        """Messages not written and not taken yet (``take_failure``)."""
+        return self._failed
+
+    @property
+    def busy(self) -> bool:
+        """Something is queued or being written."""
+        return self._busy
+
+    def submit(self, buffers, messages: int) -> None:
+        """Queue one or more requests' buffers (``messages`` messages in all)."""
+        size = sum(map(len, buffers))
+        with self._state:
+            if self._closed:
+                raise BrokerUnavailableError(f"the writer of {self.connection} is closed")
+            while self._queued_bytes and self._queued_bytes + size > self._max_queued_bytes:
+                self._state.wait()
+            self._queue.extend(buffers)
+            self._queued_bytes += size
+            self._queued_messages += messages
+            if not self._busy:
+                self._busy = True
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=f"write-behind {self.connection}",
+                                                    daemon=True)
+                    self._thread.start()
+                self._state.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything submitted was written or failed; False if ``timeout``
+        seconds passed first."""
+        with self._state:
+            return self._state.wait_for(lambda: not self._busy, timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Write what is queued (up to ``timeout`` seconds), then end the thread. False if
+        the queue was not written in time or some of it failed (``take_failure``)."""
+        with self._state:
+            done = self._state.wait_for(lambda: not self._busy, timeout)
+            self._closed = True
+            self._state.notify_all()
+            return done and not self._failed
+
+    def take_failure(self):
+        """``(messages, error)`` not written and not reported yet, and forget them;
+        ``(0, None)`` if none."""
+        with self._state:
+            failed, failure = self._failed, self._failure
+            self._failed, self._failure = 0, None
+            return failed, failure
+
+    def _run(self) -> None:
+        state = self._state
+        while True:
+            with state:
+                while not self._queue:
+                    self._busy = False
+                    state.notify_all()  # flush() waits for this
+                    if self._closed:
+                        return
+                    state.wait()
+                buffers, messages = self._queue, self._queued_messages
+                self._queue, self._queued_bytes, self._queued_messages = [], 0, 0
+                state.notify_all()  # room for submit()
+            error = self._write(b"".join(buffers))
+            if error is not None:
+                with state:
+                    self._failed += messages
+                    self._failure = error
+
+    def _write(self, data: bytes):
+        """Write ``data``, trying again on a new connection; None, or the last error."""
+        error = None
+        for attempt in range(self._retries + 1):
+            if attempt:
+                time.sleep(self._backoff_s)
+            try:
+                with self.lock:
+                    self.connection.send(data)
+            except BrokerUnavailableError as exc:
+                error = exc
+                continue
+            self.writes += 1
+            return None
+        return error
