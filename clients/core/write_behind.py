@@ -18,6 +18,9 @@ What a caller can count on:
   fire-and-forget resend may). What still could not be written is counted until the
   owner takes it (``take_failure``: the producer raises it from its next call).
 - **Bounded**: at most ``max_queued_bytes`` wait; ``submit`` blocks for room.
+- **Exit**: a queue its owner did not close is still written when the interpreter
+  exits (``atexit``, up to ``EXIT_FLUSH_S``): the thread is a daemon, so that a
+  forgotten producer does not keep the program alive.
 
 What it gives up: between ``submit`` returning and the write (microseconds when the
 writer is idle; up to Python's thread switch interval under a tight loop), the
@@ -29,12 +32,25 @@ Written by hand: the standard library's queues hand over one item at a time, and
 point here is to hand over everything queued at once.
 """
 
+import atexit
 import threading
 import time
+import weakref
 
 from mpbroker.clients.core.errors import BrokerUnavailableError
 
 DEFAULT_MAX_QUEUED_BYTES = 8 << 20
+EXIT_FLUSH_S = 10.0
+
+_open_writers = weakref.WeakSet()
+
+
+@atexit.register
+def _write_open_queues() -> None:
+    """At exit (daemon threads still run then): write what open queues hold."""
+    deadline = time.monotonic() + EXIT_FLUSH_S
+    for writer in list(_open_writers):
+        writer.flush(max(0.0, deadline - time.monotonic()))
 
 
 class WriteBehind:
@@ -58,6 +74,7 @@ class WriteBehind:
         self._failure = None  # the error that made them fail
         self._thread = None
         self.writes = 0  # the number of writes (each holds one or more requests)
+        _open_writers.add(self)
 
     @property
     def failed(self) -> int:
@@ -101,7 +118,8 @@ class WriteBehind:
             done = self._state.wait_for(lambda: not self._busy, timeout)
             self._closed = True
             self._state.notify_all()
-            return done and not self._failed
+        _open_writers.discard(self)
+        return done and not self._failed
 
     def take_failure(self):
         """``(messages, error)`` not written and not reported yet, and forget them;

@@ -462,6 +462,7 @@ class Producer:
         send at once. Raises, first, the failure of earlier queued requests."""
         writer = self._writers.get(broker_id)
         if writer is not None and writer.connection is not connection:  # the broker moved
+            del self._writers[broker_id]
             writer.close(self.settings.socket_timeout_ms / 1000)
             self._raise_write_failure(broker_id, writer, "; the messages of this call were not sent")
             writer = None

@@ -4,6 +4,8 @@ the queue, a bounded queue blocks its caller, and a write that cannot be made is
 reported by the producer's next call. Against real brokers and real sockets."""
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -114,3 +116,14 @@ def test_the_next_send_raises_for_messages_that_could_not_be_written(broker):
         producer.send("gone", b"not sent", key="k")
     assert producer.stats.messages_failed == 2  # the lost one and the one not sent
     producer.close()
+
+
+def test_a_producer_never_closed_still_has_its_queue_written_at_exit(broker):
+    script = ("import sys\n"
+              "from mpbroker.clients import Producer\n"
+              "producer = Producer(broker_list=sys.argv[1])\n"
+              f"for i in range({SENDS}):\n"
+              "    producer.send('atexit', b'x%05d' % i, key='k')\n")  # no close(), no flush()
+    subprocess.run([sys.executable, "-c", script, broker_list(broker)], check=True, timeout=60)
+    partition = default_partitioner("k", PARTITIONS)
+    wait_for(lambda: len(read_partition(broker.port, "atexit", partition)) == SENDS, what="every message")
