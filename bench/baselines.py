@@ -10,7 +10,8 @@ until it is stopped:
   once the whole of it is in, with a frame of the broker's acknowledgement's size
   (error 0, offsets 0), so ``broker_bench.produce`` runs against it unchanged. With a
   ``path`` it first writes every byte it receives to that file (unbuffered ``write``).
-- ``segment_server``: answers each FETCH frame with the 6-byte response header and
+- ``segment_server``: answers each FETCH frame with the 6-byte response header (sent
+  with ``MSG_MORE``, as the broker does, so it leaves with the file's first bytes) and
   ``os.sendfile`` of the range the broker would send from the same segment files
   (``mpbroker.segments.log_view.locate``: never past a segment's end).
 
@@ -139,7 +140,8 @@ def segment_server(connection, directory: str, end: int) -> None:
                 continue
             request = rq.decode_request(frame)
             found = locate(bases, end, request.offset, request.max_size, files.__getitem__)
-            connection.sendall(rs.response_header(0, found.length))
+            # MSG_MORE: the header goes out with the file's first bytes (as the broker sends it)
+            connection.sendall(rs.response_header(0, found.length), socket.MSG_MORE if found.length else 0)
             position, remaining = found.position, found.length
             while remaining:
                 sent = os.sendfile(connection.fileno(), found.file.fileno(), position, remaining)

@@ -10,9 +10,14 @@ disk). The table shows, per row, the path, the baseline, their ratio, the target
 whether it is met; ``bench/results/limits.{json,md}`` hold every raw figure as well.
 
 Repeats: the short rows (1, 2, 3, 6, 7) run the path and the baseline ``--repeats``
-times (default 3) interleaved (path, baseline, baseline, path, path, baseline, ...) so
+times (default 5, --quick 3) interleaved (path, baseline, baseline, path, ...) so
 that machine noise hits both, and compare the BEST run of each (the machine at its
 least disturbed); the JSON also has every run and the ratio of the medians.
+
+Sizes (default; ``--quick``): 15,000 round trips (2,000); 1,000,000 ingested messages
+(100,000); a 300 MB topic read 4 times per fetch run (32 MB); 10 GB of steady ingest
+(1 GB); 20 s of paced latency (5 s); 300,000 replicated messages (50,000); 100,000
+producer sends (10,000). Each has its own option.
 
 1. ``acked_round_trip``: PRODUCE_ACKED (durability 0, acknowledged after the append)
    of one message per request, ONE request in flight on one connection, to one
@@ -52,8 +57,8 @@ least disturbed); the JSON also has every run and the ratio of the medians.
    ``log.default.flush.scheduler.interval.ms=1``: from a sync producer's send to a
    following consumer's receipt, the first 2 s and last 1 s left out; p50 and p99.
    No baseline: the ratio is p99 / 5 ms. Target p99 <= 5 ms.
-6. ``replicated_rf3``: replication_bench's cluster (a real ZooKeeper and three brokers)
-   and throughput run (``throughput_run``): batches of 50 per PRODUCE_ACKED with 64 in
+6. ``replicated_rf3``: replication_bench's cluster (a real ZooKeeper and three brokers,
+   ``num.workers=1`` each, ``min.insync.replicas=2``) and throughput run (``throughput_run``): batches of 50 per PRODUCE_ACKED with 64 in
    flight to the leader of a one-partition topic, replication factor 3 with durability 2
    (acknowledged once every in-sync replica has it) against replication factor 1 with
    durability 0 in the same cluster: messages/s. Skipped if ZooKeeper is not installed.
@@ -97,7 +102,7 @@ TARGETS = {"acked_round_trip": 0.7, "ingest_batch50": 0.25, "fetch_1mib": 0.8, "
            "e2e_latency": 1.0, "replicated_rf3": 0.4, "producer_batch1": 0.8}  # e2e_latency: p99 / 5 ms
 
 SIZES = {  # per size: counts of the rows
-    "default": {"repeats": 3, "round_trips": 20_000, "ingest_messages": 1_000_000, "fetch_mb": 300,
+    "default": {"repeats": 5, "round_trips": 15_000, "ingest_messages": 1_000_000, "fetch_mb": 300,
                 "ingest_gb": 10.0, "latency_seconds": 20.0, "latency_warmup": 2.0, "latency_cooldown": 1.0,
                 "replicated_messages": 300_000, "producer_messages": 100_000},
     "quick": {"repeats": 3, "round_trips": 2_000, "ingest_messages": 100_000, "fetch_mb": 32,
@@ -435,7 +440,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true", help="small counts, for a smoke test (~2 minutes)")
     parser.add_argument("--only", nargs="+", choices=list(ROWS), metavar="NAME",
                         help=f"run only these rows ({', '.join(ROWS)})")
-    parser.add_argument("--repeats", type=int, help="interleaved runs of each short measurement (default 3)")
+    parser.add_argument("--repeats", type=int, help="interleaved runs of each short measurement (default 5, --quick 3)")
     parser.add_argument("--round-trips", type=int, help="acked_round_trip: requests per run")
     parser.add_argument("--ingest-messages", type=int, help="ingest_batch50: messages per run")
     parser.add_argument("--fetch-mb", type=float, help="fetch_1mib: MB in the topic read back")
