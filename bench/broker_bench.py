@@ -38,20 +38,23 @@ def payloads(count: int) -> list:
 
 
 
-def produce(port: int, topic: str, partitions: int, total: int, batch: int, acked: bool) -> float:
-    """Send ``total`` messages; return seconds until the broker acknowledged the last."""
+def produce(port: int, topic: str, partitions: int, total: int, batch: int, acked: bool,
+            window: int = ACK_WINDOW, first_partition: int = 0) -> float:
+    """Send ``total`` messages to partitions ``first_partition`` .. ``+ partitions - 1`` in
+    turn, acknowledged ones with up to ``window`` requests in flight; return seconds until
+    the broker acknowledged the last."""
     conn = Connection(port)
     batch_payloads = payloads(batch)
     outstanding = 0
     started = time.perf_counter()
     for number in range(total // batch):
         message_set = encode_message_set(batch_payloads)
-        partition = number % partitions
+        partition = first_partition + number % partitions
         if acked:
             header, body = rq.produce_acked_parts(0, topic, partition, message_set)
             conn.sock.sendmsg([header, body])
             outstanding += 1
-            if outstanding >= ACK_WINDOW:
+            if outstanding >= window:
                 ack = rs.decode_produce_ack(conn.receive())
                 assert ack.error == 0, ack
                 outstanding -= 1
@@ -59,7 +62,7 @@ def produce(port: int, topic: str, partitions: int, total: int, batch: int, acke
             header, body = rq.produce_parts(topic, partition, message_set)
             conn.sock.sendmsg([header, body])
     if not acked:  # one acknowledged request per partition: answered after everything before it
-        for partition in range(partitions):
+        for partition in range(first_partition, first_partition + partitions):
             conn.sock.sendall(rq.encode_produce_acked(0, topic, partition, encode_message_set([b"end"])))
         outstanding = partitions
     while outstanding:

@@ -58,14 +58,16 @@ def print_table(title: str, headers: list, rows: list) -> str:
     return text
 
 
-def write_results(name: str, table: str, data: dict) -> str:
-    os.makedirs(RESULTS_DIR, exist_ok=True)
+def write_results(name: str, table: str, data: dict, directory: str = RESULTS_DIR) -> str:
+    """``<directory>/<name>.json`` (``data`` with the machine, the command and the time)
+    and ``<name>.md`` (the table); returns the JSON's path."""
+    os.makedirs(directory, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     record = {"benchmark": name, "when": stamp, "machine": machine(), "command": " ".join(sys.argv), **data}
-    json_path = os.path.join(RESULTS_DIR, f"{name}.json")
+    json_path = os.path.join(directory, f"{name}.json")
     with open(json_path, "w") as f:
         json.dump(record, f, indent=2)
-    with open(os.path.join(RESULTS_DIR, f"{name}.md"), "w") as f:
+    with open(os.path.join(directory, f"{name}.md"), "w") as f:
         f.write(f"{table}\n\nMachine: {record['machine']}\nCommand: `{record['command']}`\nWhen: {stamp}\n")
     print(f"\nresults written to {json_path}")
     return json_path

@@ -307,6 +307,16 @@ def first_ack(cluster: Cluster, topic: str, durability: int) -> bool:
     return True
 
 
+def create_topics(cluster: Cluster) -> None:
+    """``rf1`` and ``rf3``, each with its leader and full ISR, and a first set
+    acknowledged by each leader (so that both serve before anything is timed)."""
+    topic_admin.create_topic(cluster.client, "rf1", 1, 1)
+    topic_admin.create_topic(cluster.client, "rf3", 1, 3)
+    wait_for(lambda: cluster.full_isr("rf1", 1) and cluster.full_isr("rf3", 3), 60, "leaders and full ISRs")
+    for topic, durability in (("rf1", 0), ("rf3", 2)):
+        wait_for(lambda t=topic, d=durability: first_ack(cluster, t, d), 30, f"a first acknowledgement of {topic}")
+
+
 # --- throughput ---------------------------------------------------------------------------
 
 
@@ -493,11 +503,7 @@ def main() -> None:
     failed = True
     try:
         cluster.start()
-        topic_admin.create_topic(cluster.client, "rf1", 1, 1)
-        topic_admin.create_topic(cluster.client, "rf3", 1, 3)
-        wait_for(lambda: cluster.full_isr("rf1", 1) and cluster.full_isr("rf3", 3), 60, "leaders and full ISRs")
-        for topic, durability in (("rf1", 0), ("rf3", 2)):  # one acknowledged set each: the leaders serve
-            wait_for(lambda t=topic, d=durability: first_ack(cluster, t, d), 30, f"a first acknowledgement of {topic}")
+        create_topics(cluster)
         runs = []
         for window, messages in ((1, args.window_1_messages), (WINDOW, args.messages)):
             for repeat in range(args.repeats):  # interleaved, so that both see the same machine
