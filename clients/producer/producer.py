@@ -165,6 +165,10 @@ class Producer:
         self._sender = AsyncSender(self) if settings.producer_type == "async" else None
         if settings.audit_envelope:
             self.auditor = self.callbacks = ProducerAuditor(settings, self.callbacks, Producer)
+        # send()'s short way for one message (``_send_plain``): sync fire-and-forget, no hooks
+        self._plain_fire_and_forget = (self._sender is None and settings.acks == "none"
+                                       and type(self.callbacks) is NoCallbacks)
+        self._compressed = {}  # topic -> whether it is compressed (the settings say once)
 
     # --- public -----------------------------------------------------------------
 
@@ -181,6 +185,9 @@ class Producer:
         if checked is None:
             checked = self._checked_topics[topic] = check_topic(topic)  # str, also for a bytes name
         topic = checked
+        if type(messages) is bytes and self._plain_fire_and_forget and self._plain(topic):
+            with self._send_lock:
+                return self._send_plain(topic, key, messages)
         if isinstance(messages, (list, tuple)):
             if set(map(type, messages)) <= _BYTES_ONLY:  # the usual case, checked in C
                 payloads = list(messages)
@@ -338,8 +345,7 @@ class Producer:
         pairs_by_topic = {}
         keyless = {}  # topic -> the pair this batch's keyless messages go to (default partitioner)
         replicated = set()  # the batch's replicated topics: sent to their partitions' leaders
-        partition_for = self._partition_for
-        sticky = partition_for is default_partitioner
+        sticky = self._partition_for is default_partitioner
         last_topic = last_key = bucket = None
         for topic, key, payload in items:
             # The default partitioner sends a (topic, key) to one pair per batch: a run of
@@ -359,13 +365,9 @@ class Producer:
             if key is None and sticky:
                 pair = keyless.get(topic)
                 if pair is None:
-                    pair = keyless[topic] = pairs[random.randrange(len(pairs))]
+                    pair = keyless[topic] = self._pair_for(topic, key, pairs)
             else:
-                index = partition_for(key, len(pairs))
-                if not 0 <= index < len(pairs):
-                    raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
-                                     f"which has {len(pairs)} (valid: 0 to {len(pairs) - 1})")
-                pair = pairs[index]
+                pair = self._pair_for(topic, key, pairs)
             bucket = groups.setdefault((pair[0], topic, pair[1]), [])
             bucket.append(payload)
             last_topic, last_key = topic, key
@@ -406,6 +408,18 @@ class Producer:
             raise first_error
         return results
 
+    def _pair_for(self, topic: str, key, pairs: list):
+        """The (broker id, partition) of ``pairs`` a message with ``key`` goes to: the
+        partitioner's choice, or a random one for no key with the default partitioner."""
+        count = len(pairs)
+        if key is None and self._partition_for is default_partitioner:
+            return pairs[int(random.random() * count)]
+        index = self._partition_for(key, count)
+        if not 0 <= index < count:
+            raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
+                             f"which has {count} (valid: 0 to {count - 1})")
+        return pairs[index]
+
     def _spread_first(self, topic: str) -> None:
         """spread.topics: before this producer's first send of ``topic``."""
         try:
@@ -429,6 +443,49 @@ class Producer:
         half = len(payloads) // 2
         return (self._requests(topic, broker_id, partition, payloads[:half])
                 + self._requests(topic, broker_id, partition, payloads[half:]))
+
+    def _plain(self, topic: str) -> bool:
+        """Whether ``topic`` may take the short way: not compressed, not replicated (it may
+        become so: asked each time, from the watched leaders), spread if it is to be."""
+        compressed = self._compressed.get(topic)
+        if compressed is None:
+            compressed = self._compressed[topic] = bool(self.settings.compresses(topic))
+        if compressed or (self._leaders is not None and self._leaders.is_replicated(topic)):
+            return False
+        return not self.settings.spread_topics or topic in self._spread
+
+    def _send_plain(self, topic: str, key, payload: bytes) -> list:
+        """``send`` of one message on the short way: what ``deliver`` does for it, with
+        nothing to group, once its connection's write-behind queue runs (``_write_behind``);
+        anything else (no queue yet, a connection down, a failure to raise) goes the general
+        way."""
+        try:
+            if len(payload) > self.settings.max_message_size:
+                raise MessageSizeTooLargeError(f"a {len(payload)}-byte message exceeds max.message.size "
+                                               f"({self.settings.max_message_size}); nothing was sent")
+            pairs = self._metadata.partitions(topic)
+            if not pairs:
+                raise BrokerUnavailableError(f"no broker has a partition of topic {topic!r}")
+            broker_id, partition = self._pair_for(topic, key, pairs)
+            lock, connection = self._connection_for(broker_id)
+            writer = self._writers.get(broker_id)
+            short = not (writer is None or writer.connection is not connection or writer.failed
+                         or not connection.connected)
+            if short:
+                message_set = encode_message(payload)
+                writer.submit(rq.produce_parts(topic, partition, message_set), 1)
+        except MessageSizeTooLargeError:
+            raise
+        except Exception:
+            self.stats.messages_failed += 1
+            raise
+        if not short:
+            return self.deliver([(topic, key, payload)])  # counts its own failures
+        stats = self.stats
+        stats.requests_sent += 1
+        stats.messages_sent += 1
+        stats.bytes_sent += len(message_set)
+        return [SendResult(topic, broker_id, partition, 1, None, None)]
 
     def _send_to_broker(self, broker_id: int, requests: list, results: list) -> None:
         """Deliver ``requests`` to one broker, retrying what failed retriably; the
