@@ -43,10 +43,11 @@ UNLIMITED = 1 << 62
 
 @pytest.fixture(autouse=True, scope="module")
 def extension_built():
-    if _fastscan is None:
-        reason = "mpbroker.codec._fastscan is not built (no C compiler when the package was installed?)"
-        if os.environ.get("CI", "").lower() not in ("", "0", "false", "no"):
-            pytest.fail(f"{reason}; under CI it must be built and tested")
+    if _fastscan is None:  # as tests/faults/netcluster/availability.py: fail under CI, else skip loudly
+        reason = ("C EXTENSION NOT BUILT: mpbroker.codec._fastscan is missing (no C compiler, Python or zlib "
+                  "headers when the package was installed?); reinstall with pip install -e .")
+        if os.environ.get("CI"):
+            pytest.fail(reason + " (CI is set: failing instead of skipping)", pytrace=False)
         pytest.skip(reason)
 
 
