@@ -64,7 +64,7 @@ class WriteBehind:
         self._retries = retries
         self._backoff_s = backoff_s
         self._max_queued_bytes = max_queued_bytes
-        self._state = threading.Condition()
+        self._state = threading.Condition(threading.Lock())  # not re-entered: a plain lock is cheaper
         self._queue = []  # buffers, in submission order
         self._queued_bytes = 0
         self._queued_messages = 0
