@@ -24,6 +24,9 @@ producer sends (10,000). Each has its own option.
    partition (``broker_bench.produce``, window 1): messages/s. Baseline: the same
    client code sending the same frames to ``frame_sink``, which reads each whole
    frame and writes a 26-byte answer frame back: round trips/s. Target >= 0.7x.
+   ``acked_round_trip_busy_poll``: the same with ``busy.poll.us=200`` (the acceptor
+   and the worker poll for 200 us after each event instead of sleeping at once: no
+   wake-up on the request's hops, for CPU; off by default).
 2. ``ingest_batch50``: 0.7 PRODUCE (fire-and-forget) of 50 messages per frame,
    pipelined on one connection to one partition, ended by one PRODUCE_ACKED that the
    worker answers after everything before it was appended (``broker_bench.produce``):
@@ -98,7 +101,8 @@ WORKERS = 2
 LATENCY_TARGET_MS = 5.0
 SAMPLE_S = 0.25
 FETCH_PASSES = 4  # fetch_1mib: times each run reads the topic through
-TARGETS = {"acked_round_trip": 0.7, "ingest_batch50": 0.25, "fetch_1mib": 0.8, "steady_ingest": 0.5,
+BUSY_POLL_US = 200  # acked_round_trip_busy_poll's busy.poll.us
+TARGETS = {"acked_round_trip": 0.7, "acked_round_trip_busy_poll": 0.7, "ingest_batch50": 0.25, "fetch_1mib": 0.8, "steady_ingest": 0.5,
            "e2e_latency": 1.0, "replicated_rf3": 0.4, "producer_batch1": 0.8}  # e2e_latency: p99 / 5 ms
 
 SIZES = {  # per size: counts of the rows
@@ -145,16 +149,21 @@ def topic_bytes(broker: BenchBroker, topic: str, key: str = "log_end") -> int:
 # --- 1. acked round trip ----------------------------------------------------------------
 
 
-def acked_round_trip(args) -> dict:
+def acked_round_trip(args, path: str = "acked_round_trip", **properties) -> dict:
     total = args.round_trips
 
     def rate(port: int, count: int = total) -> float:
         return count / broker_bench.produce(port, "round-trip", 1, count, 1, acked=True, window=1)
 
-    with broker(args) as server, ServerProcess(baselines.frame_sink) as echo:
+    with broker(args, **properties) as server, ServerProcess(baselines.frame_sink) as echo:
         rate(server.port, 100), rate(echo.port, 100)  # the topic exists, both processes are warm
         path_runs, baseline_runs = interleaved(args.repeats, lambda: rate(server.port), lambda: rate(echo.port))
-    return compared("acked_round_trip", "msg/s", "round trips/s", path_runs, baseline_runs, messages=total)
+    return compared(path, "msg/s", "round trips/s", path_runs, baseline_runs, messages=total, properties=properties)
+
+
+def acked_round_trip_busy_poll(args) -> dict:
+    """Row 1 again with ``busy.poll.us`` on (not the default: it spends CPU to save wake-ups)."""
+    return acked_round_trip(args, "acked_round_trip_busy_poll", busy_poll_us=BUSY_POLL_US)
 
 
 # --- 2. batch-50 ingest -----------------------------------------------------------------
@@ -394,7 +403,8 @@ def producer_batch1(args) -> dict:
 
 # --- the table --------------------------------------------------------------------------
 
-ROWS = {"acked_round_trip": acked_round_trip, "ingest_batch50": ingest_batch50, "fetch_1mib": fetch_1mib,
+ROWS = {"acked_round_trip": acked_round_trip, "acked_round_trip_busy_poll": acked_round_trip_busy_poll,
+        "ingest_batch50": ingest_batch50, "fetch_1mib": fetch_1mib,
         "steady_ingest": steady_ingest, "e2e_latency": e2e_latency, "replicated_rf3": replicated_rf3,
         "producer_batch1": producer_batch1}
 

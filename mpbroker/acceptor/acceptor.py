@@ -74,6 +74,7 @@ class Acceptor(ChildProcess):
                  control, incarnation: int, counters):
         super().__init__(slots, slot, control)
         self.config = config
+        self.busy_poll_s = config.busy_poll_us / 1e6
         self.counters = counters  # this process's row of the CounterTable
         self.listener = listener
         outbox_limit = max(config.ring_buffer_bytes * 2, 16 << 20)

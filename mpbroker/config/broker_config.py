@@ -118,6 +118,7 @@ class BrokerConfig:
     controller_socket_timeout_ms: int
     num_workers: int
     ring_buffer_bytes: int
+    busy_poll_us: int
     worker_heartbeat_timeout_ms: int
     control_socket: str
     control_socket_group: str

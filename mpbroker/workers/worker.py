@@ -70,6 +70,7 @@ class PartitionWorker(ChildProcess):
                  recover: bool, lease_slot: int | None = None):
         super().__init__(slots, slot, control)
         self.config = config
+        self.busy_poll_s = config.busy_poll_us / 1e6
         self.requests = requests
         self.answers = answers
         self.recover = recover

@@ -1,7 +1,7 @@
 """The child-process skeleton (mpbroker.process.child.ChildProcess) in a real forked
 process: ``ready`` once started, the heartbeat in the shared slot table, the control
 messages (stop, reload, a subclass's own, an unknown one), TERM, INT, the supervisor's
-end closing, and a start that refuses."""
+end closing, a start that refuses, and busy polling that ends."""
 
 import os
 import select
@@ -21,9 +21,10 @@ SLOT = 1
 class Probe(ChildProcess):
     """Reports what the skeleton made it do, over its own control channel."""
 
-    def __init__(self, slots, channel, refuse: bool = False):
+    def __init__(self, slots, channel, refuse: bool = False, busy_poll_s: float = 0.0):
         super().__init__(slots, SLOT, channel)
         self.refuse = refuse
+        self.busy_poll_s = busy_poll_s
 
     def start(self):
         return 4 if self.refuse else None
@@ -47,14 +48,14 @@ def probe():
     slots = SlotTable(4)
     started = []
 
-    def start(refuse=False):
+    def start(refuse=False, busy_poll_s=0.0):
         parent, child = ControlChannel.pair()
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 parent.close()
-                code = Probe(slots, child, refuse).run()
+                code = Probe(slots, child, refuse, busy_poll_s).run()
             finally:
                 os._exit(code)
         child.close()
@@ -141,3 +142,33 @@ def test_a_start_that_refuses_exits_with_its_code_and_is_never_ready(probe):
     pid, channel = start(refuse=True)
     assert exit_code(pid) == 4
     assert receive(channel) is None
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat_file:
+        fields = stat_file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def cpu_over(pid: int, seconds: float) -> float:
+    before = cpu_seconds(pid)
+    time.sleep(seconds)
+    return cpu_seconds(pid) - before
+
+
+@pytest.mark.parametrize("busy_poll_s", [0.0, 0.6])
+def test_busy_polling_lasts_its_window_after_an_event_then_the_loop_sleeps(probe, busy_poll_s):
+    start, _ = probe
+    pid, channel = start(busy_poll_s=busy_poll_s)
+    assert receive(channel)["op"] == "ready"
+    time.sleep(busy_poll_s + 0.3)  # past the window of the ready message's events
+    assert cpu_over(pid, 0.5) < 0.05, "the loop polled with no event in its window"
+    channel.send(Op.WORKER_UP, slot=1)  # an event
+    assert receive(channel) == {"op": "echo", "slot": 1}
+    polled = cpu_over(pid, 0.4)  # inside the window
+    if busy_poll_s:
+        assert polled > 0.04, f"{polled:.2f} s of CPU: it slept instead of polling"
+    else:
+        assert polled < 0.05, f"{polled:.2f} s of CPU without busy polling"
+    time.sleep(0.3)
+    assert cpu_over(pid, 0.5) < 0.05, "the loop went on polling after its window"
