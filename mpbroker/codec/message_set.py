@@ -94,6 +94,17 @@ def validate_message_set(
     return _validate(buf, max_message_size, deep, [inflate_limit], max_depth)
 
 
+def count_plain_messages(buf, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> int | None:
+    """How many messages ``buf`` holds, if every one is a plain message (uncompressed,
+    magic 1) that ``validate_message_set`` passes; else None, and that says what else
+    is there. One C call: the short way for a produce of plain messages (None without
+    the C loop)."""
+    if _scan is None:
+        return None
+    pos, count = _scan(buf, 0, min(max(max_message_size + V1_HEADER_SIZE, 0), _INT32_MAX))
+    return count if pos == len(buf) else None
+
+
 def _validate(buf, max_payload: int, deep: bool, budget: list, depth: int) -> Validation:
     scan = _scan
     if scan is not None:

@@ -61,13 +61,18 @@ class Segment:
     def append_many(self, buffers) -> None:
         """Append several buffers with as few ``writev`` calls as possible."""
         start = self.size
-        total = sum(len(buffer) for buffer in buffers)
+        total = sum(map(len, buffers))
         try:
-            pending = [memoryview(buffer) for buffer in buffers]
+            pending, left = buffers, total
             while pending:
                 batch = pending[:IOV_MAX]
                 count = os.writev(self.fd, batch)
+                if count == left and len(batch) == len(pending):  # usually all at once
+                    break
+                if pending is buffers:  # more to write: slices of what is left, without copies
+                    pending = [memoryview(buffer) for buffer in buffers]
                 pending = _drop_written(pending, count)
+                left -= count
         except OSError as exc:
             self._undo_partial_append(start, exc)
         self.size = start + total
