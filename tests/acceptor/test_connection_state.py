@@ -5,16 +5,14 @@ them (``interest``); a closed connection ignores every transition. On real socke
 socketpair), with the real router and rings for pausing."""
 
 import os
-import socket
 import struct
 from selectors import EVENT_READ, EVENT_WRITE
 
 import pytest
 
-from mpbroker.acceptor.connection import CLOSE, NEW_INTEREST, NOTHING, READ_AGAIN, Connection
+from mpbroker.acceptor.connection import CLOSE, NEW_INTEREST, NOTHING, READ_AGAIN
 from mpbroker.acceptor.routing import Router, WorkerRoute
-from mpbroker.codec.framing import READ_CHUNK
-from mpbroker.ipc.counters import BYTES_SENT, ROW_WORDS
+from mpbroker.ipc.counters import BYTES_SENT
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.ring import Ring
 
@@ -45,17 +43,6 @@ class Reserving:
 def frame(number: int) -> bytes:
     body = struct.pack(">hi", 0, number)  # a request type, then anything
     return struct.pack(">i", len(body)) + body
-
-
-@pytest.fixture
-def pair():
-    """A connection on one end of a socketpair, and the client's end."""
-    ours, client = socket.socketpair()
-    ours.setblocking(False)
-    connection = Connection(ours, "client", 1 << 20, 1, [0] * ROW_WORDS, bytearray(READ_CHUNK), 0.0)
-    yield connection, client
-    connection.close()
-    client.close()
 
 
 @pytest.fixture

@@ -6,26 +6,11 @@ before the sends); one whose client stopped reading its answers, once no byte mo
 
 import socket
 
-import pytest
-
-from mpbroker.acceptor.connection import Connection
 from mpbroker.acceptor.limits import overdue
-from mpbroker.codec.framing import READ_CHUNK
-from mpbroker.ipc.counters import ROW_WORDS
 
 IDLE_MS = 300
 RECEIVE_TIMEOUT_MS = 30_000
 LONG_AFTER = 10.0  # seconds: far past IDLE_MS since the connection was made at 0.0
-
-
-@pytest.fixture
-def pair():
-    ours, client = socket.socketpair()
-    ours.setblocking(False)
-    connection = Connection(ours, "client", 1 << 20, 1, [0] * ROW_WORDS, bytearray(READ_CHUNK), 0.0)
-    yield connection, client
-    connection.close()
-    client.close()
 
 
 def idle_at(connection, now: float) -> bool:
