@@ -12,7 +12,9 @@ whether it is met; ``bench/results/limits.{json,md}`` hold every raw figure as w
 Repeats: the short rows (1, 2, 3, 6, 7) run the path and the baseline ``--repeats``
 times (default 5, --quick 3) interleaved (path, baseline, baseline, path, ...) so
 that machine noise hits both, and compare the BEST run of each (the machine at its
-least disturbed); the JSON also has every run and the ratio of the medians.
+least disturbed); the JSON also has every run and the ratio of the medians. Before
+each row the page cache's dirty data is written back (``settle``): after the 10 GB of
+``steady_ingest``, writeback would otherwise stall the next row's flushes for seconds.
 
 Sizes (default; ``--quick``): 15,000 round trips (2,000); 1,000,000 ingested messages
 (100,000); a 300 MB topic read 4 times per fetch run (32 MB); 10 GB of steady ingest
@@ -101,6 +103,7 @@ WORKERS = 2
 LATENCY_TARGET_MS = 5.0
 SAMPLE_S = 0.25
 FETCH_PASSES = 4  # fetch_1mib: times each run reads the topic through
+SETTLED_DIRTY_KB = 16 << 10  # settle(): dirty and writeback pages under 16 MB before each row
 BUSY_POLL_US = 200  # acked_round_trip_busy_poll's busy.poll.us
 TARGETS = {"acked_round_trip": 0.7, "acked_round_trip_busy_poll": 0.7, "ingest_batch50": 0.25, "fetch_1mib": 0.8, "steady_ingest": 0.5,
            "e2e_latency": 1.0, "replicated_rf3": 0.4, "producer_batch1": 0.8}  # e2e_latency: p99 / 5 ms
@@ -431,7 +434,24 @@ def table_row(row: dict) -> list:
             target, "yes" if row["met"] else "no"]
 
 
+def settle(timeout_s: float = 120.0) -> float:
+    """Wait until the page cache's dirty data is written back (a row after
+    ``steady_ingest`` would otherwise share the disk with gigabytes of writeback):
+    ``sync``, then poll /proc/meminfo for Dirty + Writeback under SETTLED_DIRTY_KB.
+    The seconds it took."""
+    started = time.monotonic()
+    os.sync()
+    while time.monotonic() - started < timeout_s:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        if sum(int(fields[key].split()[0]) for key in ("Dirty", "Writeback")) < SETTLED_DIRTY_KB:
+            break
+        time.sleep(0.2)
+    return time.monotonic() - started
+
+
 def run_row(name: str, args) -> dict:
+    settled_s = settle()
     print(f"\n{name} ...", flush=True)
     started = time.monotonic()
     try:
@@ -441,6 +461,7 @@ def run_row(name: str, args) -> dict:
     except Exception as exc:  # noqa: BLE001 - the other rows still run; the exit status says so
         row = {"path": name, "error": repr(exc)}
     row["row_seconds"] = round(time.monotonic() - started, 1)
+    row["settle_seconds"] = round(settled_s, 1)
     print(" | ".join(str(cell) for cell in table_row(row)) + f"  ({row['row_seconds']} s)", flush=True)
     return row
 
