@@ -176,9 +176,9 @@ class Producer:
         """Send one message (bytes or str) or a list of them, all with ``key``.
 
         Sync: delivered when this returns (``acks=none``: queued for its connection's
-        writer, in order; ``flush()`` waits until it was written); the result is a list of
-        SendResult (offsets filled in for acknowledged modes). Async: queued; returns None (QueueFullError
-        if the queue stayed full for ``queue.enqueueTimeout.ms``)."""
+        writer, in order; ``flush()`` waits until it was written); the result is a list
+        of SendResult (offsets filled in for acknowledged modes). Async: queued; returns
+        None (QueueFullError if the queue stayed full for ``queue.enqueueTimeout.ms``)."""
         if self._closed:
             raise ProducerClosedError("send() after close()")
         checked = self._checked_topics.get(topic)
