@@ -139,3 +139,14 @@ class BrokerConnection:
                 self._sock.close()
             finally:
                 self._sock = None
+
+    def abort(self) -> None:
+        """Shut the socket down, from any thread, without the owner's lock: a send or a
+        receive blocked on it fails at once (and closes the connection). Closing is left
+        to the owner."""
+        sock = self._sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # not connected any more

@@ -33,14 +33,19 @@ point here is to hand over everything queued at once.
 """
 
 import atexit
+import logging
 import threading
 import time
 import weakref
 
 from mpbroker.clients.core.errors import BrokerUnavailableError
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MAX_QUEUED_BYTES = 8 << 20
 EXIT_FLUSH_S = 10.0
+IDLE_EXIT_S = 1.0  # a thread with nothing to write for this long ends (a producer dropped unclosed is collected)
+ABORT_JOIN_S = 5.0  # close(): how long to wait for the thread once its write was cut short
 
 _open_writers = weakref.WeakSet()
 
@@ -90,9 +95,11 @@ class WriteBehind:
         """Queue one or more requests' buffers (``messages`` messages in all)."""
         size = sum(map(len, buffers))
         with self._state:
-            if self._closed:
-                raise BrokerUnavailableError(f"the writer of {self.connection} is closed")
-            while self._queued_bytes and self._queued_bytes + size > self._max_queued_bytes:
+            while True:
+                if self._closed:  # also while waiting for room
+                    raise BrokerUnavailableError(f"the writer of {self.connection} is closed")
+                if not self._queued_bytes or self._queued_bytes + size <= self._max_queued_bytes:
+                    break
                 self._state.wait()
             self._queue.extend(buffers)
             self._queued_bytes += size
@@ -112,12 +119,24 @@ class WriteBehind:
             return self._state.wait_for(lambda: not self._busy, timeout)
 
     def close(self, timeout: float | None = None) -> bool:
-        """Write what is queued (up to ``timeout`` seconds), then end the thread. False if
-        the queue was not written in time or some of it failed (``take_failure``)."""
+        """Write what is queued (up to ``timeout`` seconds), then end the thread. What is
+        still queued then is dropped and counted as failed, and a write under way is cut
+        short (the socket is shut down): nothing is written, and no connection made,
+        after this returns. False if the queue was not written in time or some of it
+        failed (``take_failure``)."""
         with self._state:
             done = self._state.wait_for(lambda: not self._busy, timeout)
             self._closed = True
+            if self._queue:
+                self._fail(self._queued_messages, BrokerUnavailableError(
+                    f"the producer closed before these were written to {self.connection}"))
+                self._queue, self._queued_bytes, self._queued_messages = [], 0, 0
+            thread = self._thread
             self._state.notify_all()
+        if not done:
+            self.connection.abort()  # a write blocked on a peer that does not read ends now
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(ABORT_JOIN_S)
         _open_writers.discard(self)
         return done and not self._failed
 
@@ -129,6 +148,20 @@ class WriteBehind:
             self._failed, self._failure = 0, None
             return failed, failure
 
+    def reset_after_fork(self, lock) -> None:
+        """In a child process after ``fork``: the parent's thread is not here and its
+        queue is the parent's to write. Start afresh (on ``lock``, the connection's lock
+        made anew: the parent's may have been held at the fork)."""
+        self.lock = lock
+        self._state = threading.Condition(threading.Lock())
+        self._queue, self._queued_bytes, self._queued_messages = [], 0, 0
+        self._busy = False
+        self._thread = None
+
+    def _fail(self, messages: int, error: Exception) -> None:
+        self._failed += messages
+        self._failure = error
+
     def _run(self) -> None:
         state = self._state
         while True:
@@ -136,30 +169,36 @@ class WriteBehind:
                 while not self._queue:
                     self._busy = False
                     state.notify_all()  # flush() waits for this
-                    if self._closed:
+                    if self._closed or not state.wait(IDLE_EXIT_S) and not self._queue:
+                        self._thread = None  # idle (or closed): a later submit starts another
                         return
-                    state.wait()
                 buffers, messages = self._queue, self._queued_messages
                 self._queue, self._queued_bytes, self._queued_messages = [], 0, 0
                 state.notify_all()  # room for submit()
             error = self._write(b"".join(buffers))
             if error is not None:
                 with state:
-                    self._failed += messages
-                    self._failure = error
+                    self._fail(messages, error)
 
     def _write(self, data: bytes):
-        """Write ``data``, trying again on a new connection; None, or the last error."""
+        """Write ``data``, trying again on a new connection unless closed meanwhile;
+        None, or the last error."""
         error = None
         for attempt in range(self._retries + 1):
             if attempt:
                 time.sleep(self._backoff_s)
+            if self._closed and (attempt or not self.connection.connected):
+                break  # closed: no new connection, and no second try
             try:
                 with self.lock:
                     self.connection.send(data)
             except BrokerUnavailableError as exc:
                 error = exc
                 continue
+            except Exception as exc:  # a bug, or an error the connection did not wrap: fail these, go on
+                log.exception("writing to %s failed", self.connection)
+                error = BrokerUnavailableError(f"writing to {self.connection} failed: {exc!r}")
+                continue
             self.writes += 1
             return None
-        return error
+        return error or BrokerUnavailableError(f"the producer closed before this was written to {self.connection}")

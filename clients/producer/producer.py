@@ -48,9 +48,11 @@ audit topic (``producer_audit``); without it nothing of that runs.
 """
 
 import logging
+import os
 import random
 import threading
 import time
+import weakref
 from typing import NamedTuple
 
 from mpbroker.clients.core.brokers import StaticBrokerPartitions, parse_broker_list
@@ -86,6 +88,16 @@ _DURABILITY = {"append": Durability.APPEND, "flush": Durability.FLUSH, "replicat
 _LEADER_RETRY = RETRIABLE_CODES | LEADER_RETRY_CODES
 _BYTES_ONLY = frozenset({bytes})
 
+_producers = weakref.WeakSet()  # every live Producer: after a fork, the child's start afresh
+
+
+def _after_fork_in_child() -> None:
+    for producer in list(_producers):
+        producer._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
 
 class SendResult(NamedTuple):
     topic: str
@@ -98,7 +110,10 @@ class SendResult(NamedTuple):
 
 class ProducerStats:
     """Counters of a producer. Each has one writer at a time (the thread holding the
-    send lock, or the async sender thread; callers only add drops), so no lock."""
+    send lock, or the async sender thread; callers only add drops), so no lock.
+    Fire-and-forget messages count as sent once handed to their connection (a sync
+    producer's write-behind queue); one that then could not be written counts as failed
+    as well."""
 
     def __init__(self):
         self.messages_sent = 0
@@ -165,10 +180,13 @@ class Producer:
         self._sender = AsyncSender(self) if settings.producer_type == "async" else None
         if settings.audit_envelope:
             self.auditor = self.callbacks = ProducerAuditor(settings, self.callbacks, Producer)
-        # send()'s short way for one message (``_send_plain``): sync fire-and-forget, no hooks
+        # Sync fire-and-forget without hooks: the write-behind queues (``_write_behind``; with
+        # hooks, ``after_send`` would run before the write) and send()'s short way for one
+        # message (``_send_plain``).
         self._plain_fire_and_forget = (self._sender is None and settings.acks == "none"
                                        and type(self.callbacks) is NoCallbacks)
         self._compressed = {}  # topic -> whether it is compressed (the settings say once)
+        _producers.add(self)
 
     # --- public -----------------------------------------------------------------
 
@@ -228,9 +246,11 @@ class Producer:
             return self._sender.flush(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         done = True
-        for broker_id, writer in list(self._writers.items()):
+        writers = list(self._writers.items())
+        for _, writer in writers:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             done = writer.flush(left) and done
+        for broker_id, writer in writers:  # once every queue was waited for
             self._raise_write_failure(broker_id, writer, "")
         return done
 
@@ -256,9 +276,11 @@ class Producer:
     def _close_writers(self, timeout: float | None) -> bool:
         """Write what the write-behind queues hold (sync fire-and-forget) and end their
         threads; False if some of it was not written (logged and counted as failed)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         written = True
         for broker_id, writer in list(self._writers.items()):
-            if not writer.close(timeout):
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not writer.close(left):
                 written = False
             failed, failure = writer.take_failure()
             if failed:
@@ -316,12 +338,43 @@ class Producer:
         return entry
 
     def _forget_connection(self, broker_id: int) -> None:
-        """Drop a broker's connection (made again on its next use)."""
+        """Drop a broker's connection (made again on its next use), and its write-behind
+        queue once that is written."""
+        self._retire_writer(broker_id)
         with self._connections_lock:
             entry = self._connections.pop(broker_id, None)
         if entry is not None:
             with entry[0]:
                 entry[1].close()
+
+    def _retire_writer(self, broker_id: int) -> None:
+        """Close the broker's write-behind queue (its requests written first, up to
+        ``socket.timeout.ms``); what it could not write is counted as failed and logged."""
+        writer = self._writers.pop(broker_id, None)
+        if writer is None:
+            return
+        writer.close(self.settings.socket_timeout_ms / 1000)
+        failed, failure = writer.take_failure()
+        if failed:
+            self.stats.messages_failed += failed
+            log.error("%d fire-and-forget message(s) to broker %d could not be written: %s",
+                      failed, broker_id, failure)
+
+    def _after_fork_in_child(self) -> None:
+        """In a child process after ``fork``: the connections are the parent's (two
+        processes writing one socket would mix their requests), the writer threads and
+        their queues too, and any lock may have been held at the fork. Start afresh:
+        new locks, every connection closed here (made again on first use), the
+        write-behind queues empty."""
+        self._send_lock = threading.Lock()
+        self._connections_lock = threading.Lock()
+        for broker_id, (_, connection) in list(self._connections.items()):
+            connection.close()  # this process's descriptor only: the parent's socket stays open
+            lock = threading.Lock()
+            self._connections[broker_id] = (lock, connection)
+            writer = self._writers.get(broker_id)
+            if writer is not None:
+                writer.reset_after_fork(lock)
 
     def deliver(self, items) -> list:
         """Send ``[(topic, key, payload), ...]``; return SendResults, grouped by broker.
@@ -491,8 +544,7 @@ class Producer:
         """Deliver ``requests`` to one broker, retrying what failed retriably; the
         SendResults of what got through are appended to ``results`` as it goes."""
         lock, connection = self._connection_for(broker_id)
-        if self.settings.acks == "none" and self._sender is None and self._write_behind(
-                broker_id, lock, connection, requests, results):
+        if self._plain_fire_and_forget and self._write_behind(broker_id, lock, connection, requests, results):
             return
         last_error = None
         for attempt in range(self.settings.num_retries + 1):
@@ -519,9 +571,7 @@ class Producer:
         send at once. Raises, first, the failure of earlier queued requests."""
         writer = self._writers.get(broker_id)
         if writer is not None and writer.connection is not connection:  # the broker moved
-            del self._writers[broker_id]
-            writer.close(self.settings.socket_timeout_ms / 1000)
-            self._raise_write_failure(broker_id, writer, "; the messages of this call were not sent")
+            self._retire_writer(broker_id)
             writer = None
         if writer is not None and writer.failed:
             self._raise_write_failure(broker_id, writer, "; the messages of this call were not sent")
@@ -579,6 +629,9 @@ class Producer:
             for broker, broker_requests in by_leader.items():
                 try:
                     lock, connection = self._connection_for(broker.id, broker)
+                    writer = self._writers.get(broker.id)
+                    if writer is not None:  # a topic that became replicated: what was queued goes first
+                        writer.flush()
                     with lock:
                         again = self._send_once(connection, broker.id, broker_requests, results, _LEADER_RETRY)
                 except BrokerUnavailableError as exc:

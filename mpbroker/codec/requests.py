@@ -250,7 +250,7 @@ def _produce_head(topic: str, partition: int) -> tuple:
 
 def produce_parts(topic: str, partition: int, message_set) -> tuple:
     """``(header, message_set)`` of a PRODUCE frame: send both (vectored) without a copy."""
-    head, head_size = _produce_head(topic, partition)
+    head, head_size = _produce_head(topic if isinstance(topic, (str, bytes)) else bytes(topic), partition)
     size = len(message_set)
     return SIZE.pack(head_size + size) + head + _INT32.pack(size), message_set
 
