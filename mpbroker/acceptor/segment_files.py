@@ -136,11 +136,15 @@ class SegmentFiles:
             self._topics.add(name)
         self._known[slot] = len(table)
 
+    def _index_all(self) -> None:
+        """Index the partitions every worker has published since last asked."""
+        for slot in range(len(self._tables)):
+            self._index(slot)
+
     def knows_topic(self, topic: str) -> bool:
         """Whether any worker has a log of ``topic``."""
         if topic not in self._topics:
-            for slot in range(len(self._tables)):
-                self._index(slot)
+            self._index_all()
         return topic in self._topics
 
     def topic_has_leader_epochs(self, topic: str) -> bool:
@@ -149,8 +153,7 @@ class SegmentFiles:
         appear (a worker writes one only for a role), so the answer is kept."""
         found = self._epoch_topics.get(topic)
         if found is None:
-            for slot in range(len(self._tables)):  # every worker's partitions indexed
-                self._index(slot)
+            self._index_all()
             found = any(os.path.exists(os.path.join(view.directory, LEADER_EPOCH_FILE))
                         for (name, _), view in self._views.items() if name == topic)
             if len(self._epoch_topics) < 100_000:
