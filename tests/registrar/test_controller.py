@@ -148,6 +148,19 @@ def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessi
     assert states(observer, "t", 1)[0] == elected(observer, leader, 3, (leader,), 1)
 
 
+def settled(sessions, assignment: dict, brokers=(1, 2, 3)) -> tuple:
+    """``(by_id, observer, controller)``: a session per broker of ``brokers``, the
+    controller's own (broker 9, not a replica), topic ``t`` placed as ``assignment``,
+    and a controller that has run its first round and the next."""
+    by_id = {broker_id: sessions(broker_id) for broker_id in brokers}
+    observer = sessions(9)
+    observer.create(layout.topic_path("t"), replication.assignment_value(assignment), makepath=True)
+    controller = Controller(observer, 9)
+    controller.step()
+    next_round(controller)
+    return by_id, observer, controller
+
+
 def bounce(sessions, by_id: dict, broker_id: int, observer) -> None:
     """Broker ``broker_id`` dies and registers again before any controller looks."""
     close_client(by_id[broker_id])
@@ -156,13 +169,7 @@ def bounce(sessions, by_id: dict, broker_id: int, observer) -> None:
 
 
 def test_a_broker_registered_again_between_rounds_is_bounced(sessions):
-    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
-    observer = sessions(9)  # the controller's broker, not a replica
-    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3], 1: [2, 1, 3]}),
-                    makepath=True)
-    controller = Controller(observer, 9)
-    controller.step()
-    next_round(controller)
+    by_id, observer, controller = settled(sessions, {0: [1, 2, 3], 1: [2, 1, 3]})
     assert states(observer, "t", 2) == [elected(observer, 1, 0, (1, 2, 3), 1), elected(observer, 2, 0, (2, 1, 3), 1)]
     bounce(sessions, by_id, 1, observer)
     controller.step()  # the same live ids, a new czxid for broker 1: a round at once
@@ -175,12 +182,7 @@ def test_a_broker_registered_again_between_rounds_is_bounced(sessions):
 
 
 def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions, monkeypatch):
-    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
-    observer = sessions(9)
-    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3]}), makepath=True)
-    controller = Controller(observer, 9)
-    controller.step()
-    next_round(controller)
+    by_id, observer, controller = settled(sessions, {0: [1, 2, 3]})
     path = replication.partition_state_path("t", 0)
     bounce(sessions, by_id, 3, observer)
     real_set = observer.set
@@ -202,13 +204,7 @@ def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions,
 
 @pytest.mark.parametrize("failure", ["conflict", "connection loss"])
 def test_a_write_conflict_keeps_a_bounce_pending_only_where_it_was_not_applied(sessions, monkeypatch, failure):
-    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
-    observer = sessions(9)
-    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2], 1: [1], 2: [2, 1]}),
-                    makepath=True)
-    controller = Controller(observer, 9)
-    controller.step()
-    next_round(controller)
+    by_id, observer, controller = settled(sessions, {0: [1, 2], 1: [1], 2: [2, 1]})
     conflicted = replication.partition_state_path("t", 2)
     bounce(sessions, by_id, 1, observer)
     real_set = observer.set
@@ -241,12 +237,7 @@ def test_a_write_conflict_keeps_a_bounce_pending_only_where_it_was_not_applied(s
 
 @pytest.mark.parametrize("older_state", [False, True])
 def test_a_new_controller_finds_a_leader_registered_after_its_state(sessions, older_state):
-    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
-    observer = sessions(9)
-    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3]}), makepath=True)
-    first = Controller(observer, 9)
-    first.step()
-    next_round(first)
+    by_id, observer, first = settled(sessions, {0: [1, 2, 3]})
     assert states(observer, "t", 1) == [elected(observer, 1, 0, (1, 2, 3), 1)]
     if older_state:  # written by older code: no leader_broker_epoch
         observer.set(replication.partition_state_path("t", 0), PartitionState(1, 0, (1, 2, 3), 1).value())
@@ -261,12 +252,7 @@ def test_a_new_controller_finds_a_leader_registered_after_its_state(sessions, ol
 
 
 def test_a_bounced_broker_alone_in_the_isr_leads_again_at_a_new_epoch(sessions):
-    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2)}
-    observer = sessions(9)
-    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
-    controller = Controller(observer, 9)
-    controller.step()
-    next_round(controller)
+    by_id, observer, controller = settled(sessions, {0: [1, 2]}, (1, 2))
     close_client(by_id[2])
     wait_for(lambda: not observer.exists(layout.broker_path(2)), 10, what="broker 2 gone")
     controller.step()
@@ -295,12 +281,7 @@ def roles_of(client, broker_id: int) -> dict:
 
 
 def test_a_leader_that_registered_again_during_the_round_electing_it_does_not_lead(sessions, monkeypatch):
-    by_id = {broker_id: sessions(broker_id) for broker_id in (1, 2, 3)}
-    observer = sessions(9)
-    observer.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3], 1: [1, 2]}), makepath=True)
-    first = Controller(observer, 9)
-    first.step()
-    next_round(first)
+    by_id, observer, first = settled(sessions, {0: [1, 2, 3], 1: [1, 2]})
     assert states(observer, "t", 2) == [PartitionState(1, 0, (1, 2, 3), 1, broker_epoch(observer, 1)),
                                         PartitionState(1, 0, (1, 2), 1, broker_epoch(observer, 1))]
     close_client(by_id[1])  # the leader dies: broker 2 is elected in both partitions

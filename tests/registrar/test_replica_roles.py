@@ -5,11 +5,24 @@ or, for a state without it, one written after that registration; a state of a
 previous life leaves the partition offline here until the controller writes a new
 one. Following another broker needs no such wait."""
 
+import pytest
+
 from mpbroker.registrar.broker_registration import BrokerRegistration
 from mpbroker.registrar.replica_roles import ReplicaRoles
 from mpbroker.registry import layout, replication
 from mpbroker.registry.replication import PartitionState
 from mpbroker.registry.zk_client import close_client, start_client
+
+
+@pytest.fixture
+def admin(zk_client):
+    """The controller's and the other brokers' writes."""
+    return zk_client
+
+
+def broker_1(client) -> BrokerRegistration:
+    """Broker 1's registration on ``client``'s session (``register()`` not yet called)."""
+    return BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
 
 
 def roles_of(client, registration):
@@ -29,8 +42,7 @@ def roles_of(client, registration):
     return read
 
 
-def test_a_broker_leads_only_under_a_state_written_after_its_registration(zk_connect):
-    admin = start_client(zk_connect, 6000, 30_000)  # the controller's and the other brokers' writes
+def test_a_broker_leads_only_under_a_state_written_after_its_registration(zk_connect, admin):
     client = start_client(zk_connect, 6000, 30_000)
     try:
         admin.create(layout.broker_path(2), b"x:127.0.0.1:9093", ephemeral=True, makepath=True)
@@ -39,7 +51,7 @@ def test_a_broker_leads_only_under_a_state_written_after_its_registration(zk_con
         admin.create(led, PartitionState(1, 3, (1, 2), 1).value(), makepath=True)  # from a previous life
         admin.create(replication.partition_state_path("t", 1), PartitionState(2, 0, (2, 1), 1).value(),
                      makepath=True)
-        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration = broker_1(client)
         read = roles_of(client, registration)
         assert registration.broker_epoch is None
         assert read() == {("t", 0): ("offline", 3), ("t", 1): ("follower", 0)}  # not registered yet
@@ -56,22 +68,20 @@ def test_a_broker_leads_only_under_a_state_written_after_its_registration(zk_con
         # A new session registers anew: a new broker epoch, and the state is old again.
         close_client(client)
         client = start_client(zk_connect, 6000, 30_000)
-        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration = broker_1(client)
         registration.register()
         read = roles_of(client, registration)
         assert read() == {("t", 0): ("offline", 4), ("t", 1): ("follower", 0)}
     finally:
         close_client(client)
-        close_client(admin)
 
 
-def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registration(zk_connect):
-    admin = start_client(zk_connect, 6000, 30_000)
+def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registration(zk_connect, admin):
     client = start_client(zk_connect, 6000, 30_000)
     try:
         admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
         led = replication.partition_state_path("t", 0)
-        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration = broker_1(client)
         registration.register()
         old = registration.broker_epoch
         admin.create(led, PartitionState(1, 3, (1, 2), 1, old).value(), makepath=True)
@@ -81,7 +91,7 @@ def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registratio
         # the controller wrote: the state is newer than the registration, but names the old one.
         close_client(client)
         client = start_client(zk_connect, 6000, 30_000)
-        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration = broker_1(client)
         registration.register()
         assert registration.broker_epoch != old
         admin.set(led, PartitionState(1, 4, (1, 2), 1, old).value())
@@ -96,15 +106,13 @@ def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registratio
         assert read() == {("t", 0): ("leader", 6)}
     finally:
         close_client(client)
-        close_client(admin)
 
 
-def test_a_leaders_isr_change_keeps_the_leaders_broker_epoch(zk_connect):
-    admin = start_client(zk_connect, 6000, 30_000)
+def test_a_leaders_isr_change_keeps_the_leaders_broker_epoch(zk_connect, admin):
     client = start_client(zk_connect, 6000, 30_000)
     try:
         admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
-        registration = BrokerRegistration(client, layout.BrokerInfo(1, "test-1", "127.0.0.1", 9092))
+        registration = broker_1(client)
         registration.register()
         led = replication.partition_state_path("t", 0)
         admin.create(led, PartitionState(1, 3, (1,), 1, registration.broker_epoch).value(), makepath=True)
@@ -116,4 +124,3 @@ def test_a_leaders_isr_change_keeps_the_leaders_broker_epoch(zk_connect):
         assert roles_of(client, registration)() == {("t", 0): ("leader", 3)}
     finally:
         close_client(client)
-        close_client(admin)
