@@ -115,10 +115,11 @@ KEYS = (
         minimum=1, maximum=MAX_WORKERS),
     Key("ring.buffer.bytes", "int", "8388608", "size of each shared-memory ring, a power of two", minimum=65536,
         power_of_two=True),
-    Key("busy.poll.us", "int", "0",
-        "microseconds the acceptor and each worker keep polling, instead of sleeping, after their last event: "
-        "an acknowledged round trip then finds them awake (~2.5x faster here), for CPU time spent polling; "
-        "0 (the default) sleeps at once", minimum=0, maximum=100_000),
+    Key("busy.poll.us", "int", "200",
+        "the most microseconds the acceptor and each worker poll, instead of sleeping, after an event; the window "
+        "adapts to the gaps between events (none while idle), and an acknowledged round trip then finds them awake "
+        "(~2.5x faster here) for CPU time spent polling; 0 sleeps at once (machines shared with other work)",
+        minimum=0, maximum=100_000),
     Key("worker.heartbeat.timeout.ms", "int", "30000", "milliseconds of worker silence before it is restarted",
         minimum=1000),
     Key("control.socket", "str", "", f"path of the control unix socket; empty means <log.dir>/{CONTROL_SOCKET_NAME}"),

@@ -17,14 +17,18 @@ What it gives each of them, the same way:
   handles it (``watch``), called with the event mask. ``ready`` goes to the
   supervisor once ``start`` has opened what the child serves.
 - **Busy polling** (``busy_poll_s``: the acceptor's and the workers' ``busy.poll.us``,
-  off by default): for that long after its last event the loop polls without
-  sleeping, yielding the CPU between polls. An acknowledged request crosses from the
-  acceptor to a worker and back; a process asleep in ``epoll_wait`` must be woken
-  each time, and on a virtual machine the sleep and the wake-up (a context switch, an
+  200 us by default, 0 turns it off): after an event the loop may poll without
+  sleeping, yielding the CPU between polls, for a window that adapts to the gaps
+  between its events (``PollWindow``). An acknowledged request crosses from the
+  acceptor to a worker and back; a process asleep in ``epoll_wait`` must be woken each
+  time, and on a virtual machine the sleep and the wake-up (a context switch, an
   interrupt to another CPU) cost more than the Python that handles the request. A
   process still polling takes the next event without them: a one-message
-  acknowledged round trip here goes from ~190 to ~70 us. The price is CPU: up to the
-  window after each event, which other processes on a small machine may need.
+  acknowledged round trip here goes from ~200 to ~80 us, for less CPU per round trip.
+  An idle process, or one whose events come further apart than the ceiling, does not
+  poll. The price is CPU where events keep coming just within the ceiling while other
+  processes want the CPU: up to one CPU per polling process (Seastar's
+  ``--idle-poll-time-us`` makes the same trade, at the same 200 us).
 
 A subclass fills in ``start`` (open, register its fds and timers; an exit code ends
 the process before it is ready), and where it needs to ``after_events`` (work after
@@ -135,22 +139,23 @@ class ChildProcess:
 
     def _loop(self) -> None:
         timers, select = self.timers, self.selector.select
-        busy_poll_s = self.busy_poll_s
-        last_event = float("-inf")
+        poll = PollWindow(self.busy_poll_s)
         while not self.finished():
             now = monotonic_ms()
             timeout = timers.seconds_until_next(now)
             cap = self.poll_timeout()
             if cap is not None and cap < timeout:
                 timeout = cap
-            if busy_poll_s and timeout and monotonic() - last_event < busy_poll_s:
+            if timeout and poll.open():
                 events = select(0)
-                if not events:
+                if events:
+                    poll.caught()
+                else:
                     sched_yield()  # a process woken on this CPU (the client, say) goes first
             else:
                 events = select(timeout)
-            if busy_poll_s and events:
-                last_event = monotonic()
+                if events and poll.ceiling:
+                    poll.woke()
             self.dispatch(events)
             timers.run(monotonic_ms())
             self.after_events()
@@ -180,6 +185,53 @@ class ChildProcess:
                 self._handlers[op](message)
             else:
                 log.warning("ignoring an unknown control message %r", op)
+
+
+class PollWindow:
+    """How long the loop polls after its last event, adapted to the gaps between events
+    the way a virtual machine's haltpoll governor adapts its idle polling.
+
+    The window starts shut. An event that woke the loop from a sleep came ``gap``
+    seconds after the one before it. A gap within the ceiling means a window that long
+    would have caught the event without the sleep, so a window shorter than the gap
+    doubles (from GROW_START_S, up to the ceiling). A gap past the ceiling means polling
+    would have been wasted, so the window halves (and shuts below GROW_START_S). An event
+    caught while polling keeps the window. So ping-pong traffic settles on a window just
+    past its usual gap, and an idle loop, or one whose events come further apart than
+    the ceiling, sleeps at once.
+    """
+
+    GROW_START_S = 20e-6
+
+    __slots__ = ("ceiling", "window", "last_event", "clock")
+
+    def __init__(self, ceiling_s: float, clock=monotonic):
+        self.ceiling = ceiling_s
+        self.window = 0.0
+        self.last_event = float("-inf")
+        self.clock = clock
+
+    def open(self) -> bool:
+        """Whether the loop should poll now rather than sleep."""
+        return bool(self.window) and self.clock() - self.last_event < self.window
+
+    def caught(self) -> None:
+        """An event came while polling."""
+        self.last_event = self.clock()
+
+    def woke(self) -> None:
+        """An event came while the loop slept: adapt the window to its gap."""
+        now = self.clock()
+        self.adapt(now - self.last_event)
+        self.last_event = now
+
+    def adapt(self, gap: float) -> None:
+        if gap <= self.ceiling:
+            if gap > self.window:
+                self.window = min(self.ceiling, max(self.window * 2, self.GROW_START_S))
+        else:
+            half = self.window / 2
+            self.window = half if half >= self.GROW_START_S else 0.0
 
 
 def _install_signals() -> int:
