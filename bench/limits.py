@@ -26,9 +26,11 @@ producer sends (10,000). Each has its own option.
    partition (``broker_bench.produce``, window 1): messages/s. Baseline: the same
    client code sending the same frames to ``frame_sink``, which reads each whole
    frame and writes a 26-byte answer frame back: round trips/s. Target >= 0.7x.
-   ``acked_round_trip_busy_poll``: the same with ``busy.poll.us=200`` (the acceptor
-   and the worker poll for 200 us after each event instead of sleeping at once: no
-   wake-up on the request's hops, for CPU; off by default).
+   The broker's defaults: ``busy.poll.us=200``, so the acceptor and the worker poll,
+   for a window adapted to the gaps between their events, instead of sleeping at once
+   (no wake-up on the request's hops). ``acked_round_trip_no_poll``: the same with
+   ``busy.poll.us=0``. Both also note the broker's CPU (every process of it, from
+   /proc) per round trip.
 2. ``ingest_batch50``: 0.7 PRODUCE (fire-and-forget) of 50 messages per frame,
    pipelined on one connection to one partition, ended by one PRODUCE_ACKED that the
    worker answers after everything before it was appended (``broker_bench.produce``):
@@ -90,6 +92,7 @@ from bench.baselines import ServerProcess
 from bench.broker_process import BenchBroker
 from bench.common import RESULTS_DIR, Connection, print_table, write_results
 from bench.interrupts import stop_on_signals
+from bench.process_cpu import tree_cpu_seconds
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.message import encode_message_set
@@ -104,8 +107,7 @@ LATENCY_TARGET_MS = 5.0
 SAMPLE_S = 0.25
 FETCH_PASSES = 4  # fetch_1mib: times each run reads the topic through
 SETTLED_DIRTY_KB = 16 << 10  # settle(): dirty and writeback pages under 16 MB before each row
-BUSY_POLL_US = 200  # acked_round_trip_busy_poll's busy.poll.us
-TARGETS = {"acked_round_trip": 0.7, "acked_round_trip_busy_poll": 0.7, "ingest_batch50": 0.25, "fetch_1mib": 0.8, "steady_ingest": 0.5,
+TARGETS = {"acked_round_trip": 0.7, "acked_round_trip_no_poll": 0.7, "ingest_batch50": 0.25, "fetch_1mib": 0.8, "steady_ingest": 0.5,
            "e2e_latency": 1.0, "replicated_rf3": 0.4, "producer_batch1": 0.8}  # e2e_latency: p99 / 5 ms
 
 SIZES = {  # per size: counts of the rows
@@ -154,19 +156,28 @@ def topic_bytes(broker: BenchBroker, topic: str, key: str = "log_end") -> int:
 
 def acked_round_trip(args, path: str = "acked_round_trip", **properties) -> dict:
     total = args.round_trips
+    cpu_per_round_trip = []
 
-    def rate(port: int, count: int = total) -> float:
-        return count / broker_bench.produce(port, "round-trip", 1, count, 1, acked=True, window=1)
+    def rate(port: int, count: int = total, pid: int = None) -> float:
+        cpu_before = tree_cpu_seconds(pid) if pid else 0.0
+        result = count / broker_bench.produce(port, "round-trip", 1, count, 1, acked=True, window=1)
+        if pid:
+            cpu_per_round_trip.append((tree_cpu_seconds(pid) - cpu_before) / count * 1e6)
+        return result
 
     with broker(args, **properties) as server, ServerProcess(baselines.frame_sink) as echo:
         rate(server.port, 100), rate(echo.port, 100)  # the topic exists, both processes are warm
-        path_runs, baseline_runs = interleaved(args.repeats, lambda: rate(server.port), lambda: rate(echo.port))
-    return compared(path, "msg/s", "round trips/s", path_runs, baseline_runs, messages=total, properties=properties)
+        path_runs, baseline_runs = interleaved(args.repeats, lambda: rate(server.port, pid=server.process.pid),
+                                               lambda: rate(echo.port))
+    cpu_us = statistics.median(cpu_per_round_trip)
+    return compared(path, "msg/s", "round trips/s", path_runs, baseline_runs, messages=total, properties=properties,
+                    broker_cpu_us_per_round_trip=round(cpu_us, 1), broker_cpu_us_runs=cpu_per_round_trip,
+                    note=f"{path}: the broker spent {cpu_us:.0f} us of CPU per round trip (median of the runs)")
 
 
-def acked_round_trip_busy_poll(args) -> dict:
-    """Row 1 again with ``busy.poll.us`` on (not the default: it spends CPU to save wake-ups)."""
-    return acked_round_trip(args, "acked_round_trip_busy_poll", busy_poll_us=BUSY_POLL_US)
+def acked_round_trip_no_poll(args) -> dict:
+    """Row 1 again with busy polling off (``busy.poll.us=0``): a sleep and a wake-up per hop."""
+    return acked_round_trip(args, "acked_round_trip_no_poll", busy_poll_us=0)
 
 
 # --- 2. batch-50 ingest -----------------------------------------------------------------
@@ -406,7 +417,7 @@ def producer_batch1(args) -> dict:
 
 # --- the table --------------------------------------------------------------------------
 
-ROWS = {"acked_round_trip": acked_round_trip, "acked_round_trip_busy_poll": acked_round_trip_busy_poll,
+ROWS = {"acked_round_trip": acked_round_trip, "acked_round_trip_no_poll": acked_round_trip_no_poll,
         "ingest_batch50": ingest_batch50, "fetch_1mib": fetch_1mib,
         "steady_ingest": steady_ingest, "e2e_latency": e2e_latency, "replicated_rf3": replicated_rf3,
         "producer_batch1": producer_batch1}
@@ -503,7 +514,7 @@ def main(argv=None) -> int:
     notes = [row["note"] for row in rows if row.get("note")]
     load = (f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end "
             f"(other work on this machine moves the numbers; the ratios less)")
-    print(load)
+    print("\n".join([*notes, load]))
     settings = {key: value for key, value in vars(args).items() if key not in ("results_dir",)}
     write_results("limits", "\n\n".join([table, *notes, load]), {
         "settings": {**settings, "workers": WORKERS, "message_bytes": client_bench.MESSAGE_BYTES, "batch": BATCH,

@@ -78,7 +78,7 @@ from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.compression import compress
 from mpbroker.codec.errors import ErrorCode, MessageSizeTooLargeError, MPBrokerError
-from mpbroker.codec.message import encode_message, encode_message_set
+from mpbroker.codec.message import V1_OVERHEAD, encode_message, encode_message_set
 from mpbroker.codec.requests import Durability
 from mpbroker.codec.topic_names import check_topic
 
@@ -525,8 +525,7 @@ class Producer:
             short = not (writer is None or writer.connection is not connection or writer.failed
                          or not connection.connected)
             if short:
-                message_set = encode_message(payload)
-                writer.submit(rq.produce_parts(topic, partition, message_set), 1)
+                writer.submit(rq.one_message_produce_parts(topic, partition, payload), 1)
         except MessageSizeTooLargeError:
             raise
         except Exception:
@@ -537,7 +536,7 @@ class Producer:
         stats = self.stats
         stats.requests_sent += 1
         stats.messages_sent += 1
-        stats.bytes_sent += len(message_set)
+        stats.bytes_sent += len(payload) + V1_OVERHEAD  # the message set's bytes
         return [SendResult(topic, broker_id, partition, 1, None, None)]
 
     def _send_to_broker(self, broker_id: int, requests: list, results: list) -> None:

@@ -13,8 +13,10 @@ import functools
 import struct
 from enum import IntEnum
 from typing import NamedTuple
+from zlib import crc32
 
 from mpbroker.codec.framing import SIZE, MalformedRequestError
+from mpbroker.codec.message import CODEC_NONE, MAGIC_V1, V1_HEADER_SIZE, V1_OVERHEAD
 
 
 class RequestType(IntEnum):
@@ -253,6 +255,26 @@ def produce_parts(topic: str, partition: int, message_set) -> tuple:
     head, head_size = _produce_head(topic if isinstance(topic, (str, bytes)) else bytes(topic), partition)
     size = len(message_set)
     return SIZE.pack(head_size + size) + head + _INT32.pack(size), message_set
+
+
+@functools.lru_cache(maxsize=1024)
+def _one_message_head(topic, partition: int) -> tuple:
+    """``(pack, head, frame bytes besides the payload)`` for ``one_message_produce_parts``:
+    one Struct for the frame's size, its head, the set's size and the message's header."""
+    head, head_size = _produce_head(topic, partition)
+    pack = struct.Struct(f">i{len(head)}siiBBI").pack
+    return pack, head, head_size + V1_OVERHEAD
+
+
+def one_message_produce_parts(topic, partition: int, payload: bytes) -> tuple:
+    """``(header, payload)`` of a PRODUCE frame whose set is one uncompressed magic-1
+    message: every header of the frame, set and message packed in one call, and the
+    payload sent as it is (vectored, no copy). The same bytes as ``produce_parts`` of
+    ``encode_message(payload)``; the sync producer's one-message send is this."""
+    pack, head, fixed = _one_message_head(topic, partition)
+    size = len(payload)
+    return pack(fixed + size, head, V1_OVERHEAD + size, V1_HEADER_SIZE + size, MAGIC_V1, CODEC_NONE,
+                crc32(payload)), payload
 
 
 def encode_produce(topic: str, partition: int, message_set) -> bytes:

@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 REPLICA_FETCH_WAIT_MS = 500
 RETRY_MS = 100
 RECEIVE_BYTES = 1 << 20
+ANSWER_HEAD_BYTES = 64  # more than the headers of an answer and of each of its parts
 _SIZE = struct.Struct(">i")
 
 
@@ -62,8 +63,10 @@ class LeaderLink:
         self.connected = False
         self.in_flight = None  # ("epoch", replica, leader epoch) or ("fetch", [(replica, epoch, offset)])
         self.sent_ms = 0
-        self.buffer = bytearray()
-        self.wanted = None  # bytes of the answer being received (after its size), None: size not read yet
+        self.head = bytearray()  # an answer's first bytes while fewer than its size's four came
+        self.body = None  # the answer being received (after its size), once its size is known
+        self.filled = 0  # bytes of ``body`` received so far
+        self.answer_limit = 0  # the most bytes the answer to the request in flight may have
         self.retry_timer = None
 
     # --- the connection ------------------------------------------------------------
@@ -134,8 +137,8 @@ class LeaderLink:
         self.sock = None
         self.connected = False
         self.in_flight = None
-        self.buffer = bytearray()
-        self.wanted = None
+        self.head = bytearray()
+        self.body = None
 
     def overdue(self, now: int) -> bool:
         limit = self.fetcher.socket_timeout_ms + (REPLICA_FETCH_WAIT_MS if self.in_flight else 0)
@@ -161,12 +164,13 @@ class LeaderLink:
         parts = [(replica, replica.leader_epoch, replica.log.log_end) for replica in self.replicas]
         if not parts:
             return
+        sizes = [fetcher.fetch_size(replica) for replica, _, _ in parts]
         frame = rq.encode_replica_fetch(fetcher.broker_id, REPLICA_FETCH_WAIT_MS, [
-            (replica.topic, replica.partition, epoch, offset, fetcher.fetch_size(replica))
-            for replica, epoch, offset in parts])
-        self._send(frame, ("fetch", parts))
+            (replica.topic, replica.partition, epoch, offset, size)
+            for (replica, epoch, offset), size in zip(parts, sizes)])
+        self._send(frame, ("fetch", parts), sum(sizes) + ANSWER_HEAD_BYTES * (len(parts) + 1))
 
-    def _send(self, frame: bytes, in_flight) -> None:
+    def _send(self, frame: bytes, in_flight, answer_limit: int = ANSWER_HEAD_BYTES) -> None:
         try:
             sent = self.sock.send(frame)  # small requests: all of it goes, or the connection is in trouble
         except OSError as exc:
@@ -176,31 +180,53 @@ class LeaderLink:
             self._failed("the socket took only part of a request")
             return
         self.in_flight = in_flight
+        self.answer_limit = answer_limit
         self.sent_ms = monotonic_ms()
 
     def _receive(self) -> None:
+        """Take in the answer: its first bytes with one ``recv``; when that was not all
+        of it, the rest straight into a buffer of the answer's size (``recv_into``), so
+        the bytes the log gets were copied once out of the socket, never gathered."""
+        body = self.body
         try:
-            chunk = self.sock.recv(RECEIVE_BYTES)
+            if body is None:
+                chunk = self.sock.recv(RECEIVE_BYTES)
+                got = len(chunk)
+            else:
+                got = self.sock.recv_into(memoryview(body)[self.filled:])
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._failed(f"receive failed: {exc.strerror or exc}")
             return
-        if not chunk:
+        if not got:
             self._failed("the leader closed the connection")
             return
-        self.buffer += chunk
-        if self.wanted is None:
-            if len(self.buffer) < 4:
+        if body is None:
+            data = self.head + chunk if self.head else chunk
+            if len(data) < 4:
+                self.head = bytearray(data)
                 return
-            (self.wanted,) = _SIZE.unpack_from(self.buffer)
-            del self.buffer[:4]
-        if len(self.buffer) < self.wanted:
-            return
-        if self.in_flight is None or len(self.buffer) > self.wanted:
-            self._failed("the leader sent more than one answer")
-            return
-        frame, self.buffer, self.wanted = bytes(self.buffer), bytearray(), None
+            self.head = bytearray()
+            (wanted,) = _SIZE.unpack_from(data)
+            if self.in_flight is None or not 0 <= wanted <= self.answer_limit:
+                self._failed(f"an answer of {wanted} bytes" if self.in_flight else "an answer nobody asked for")
+                return
+            received = len(data) - 4
+            if received > wanted:
+                self._failed("the leader sent more than one answer")
+                return
+            if received < wanted:
+                self.body = bytearray(wanted)
+                self.body[:received] = memoryview(data)[4:]
+                self.filled = received
+                return
+            frame = memoryview(data)[4:]
+        else:
+            self.filled += got
+            if self.filled < len(body):
+                return
+            frame, self.body = body, None
         in_flight, self.in_flight = self.in_flight, None
         try:
             again = self.fetcher.handle_answer(in_flight, frame)
@@ -331,7 +357,7 @@ class ReplicaFetcher:
             latest = partition_log.leader_epochs.latest
             if part.epoch != UNDEFINED and (latest is None or part.epoch > latest.epoch):
                 partition_log.assign_epoch(part.epoch, offset)
-            chunk = bytes(data[:checked.valid_bytes])
+            chunk = data[:checked.valid_bytes]  # a view of the answer: written as it is
             partition_log.append_many([chunk], checked.messages)
             self._publisher.count(partition_log, checked.messages, len(chunk))
             if partition_log.flush_due():

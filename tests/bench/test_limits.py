@@ -29,5 +29,8 @@ def test_quick_rows_write_every_figure(tmp_path):
         assert abs(row["ratio"] - row["measured"] / row["baseline"]) < 1e-9, row
         assert row["target"] == record["targets"][row["path"]] and isinstance(row["met"], bool), row
         assert len(row["runs"]) == len(row["baseline_runs"]) == 1, row
+    round_trip = record["rows"][0]
+    assert len(round_trip["broker_cpu_us_runs"]) == 1 and round_trip["broker_cpu_us_per_round_trip"] >= 0, round_trip
+    assert "CPU per round trip" in run.stdout
     assert "| acked_round_trip" in run.stdout and "| fetch_1mib" in run.stdout
     assert os.listdir(tmp_path) == ["results"]  # the brokers' and baselines' files are gone

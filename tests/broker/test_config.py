@@ -147,7 +147,7 @@ EXPECTED_DEFAULTS = {
     "controller_socket_timeout_ms": 30000,
     "num_workers": min(os.cpu_count() or 1, 256),
     "ring_buffer_bytes": 8388608,
-    "busy_poll_us": 0,
+    "busy_poll_us": 200,
     "worker_heartbeat_timeout_ms": 30000,
     "control_socket": "",
     "control_socket_group": "",

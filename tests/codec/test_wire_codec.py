@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mpbroker.codec.framing import FrameReader, MalformedRequestError
+from mpbroker.codec.message import encode_message
 from mpbroker.codec.requests import (
     Durability,
     FetchRequest,
@@ -26,6 +27,7 @@ from mpbroker.codec.requests import (
     encode_offsets,
     encode_produce,
     encode_produce_acked,
+    one_message_produce_parts,
     produce_acked_parts,
     produce_parts,
 )
@@ -148,6 +150,20 @@ def test_produce_encoding_is_byte_exact(topic, partition, message_set):
     assert payload is message_set  # sent as is, no copy
     assert header + payload == expected
     assert len(header) == 4 + 2 + 2 + len(topic) + 8
+
+
+@pytest.mark.parametrize("topic,partition,payload", [
+    ("t", 0, b""),
+    ("events", -1, b"\x00\x01\x02" * 100),
+    ("a" * 255, INT32_MAX, bytes(range(256))),
+    ("caf\xe9", INT32_MIN, b"x"),
+    (b"bytes.topic", 3, b"y" * 200),
+])
+def test_a_one_message_produce_is_the_frame_of_its_encoded_message(topic, partition, payload):
+    expected = ref_produce(topic if isinstance(topic, str) else topic.decode(), partition, encode_message(payload))
+    header, sent_payload = one_message_produce_parts(topic, partition, payload)
+    assert sent_payload is payload  # sent as is, no copy
+    assert header + sent_payload == expected
 
 
 @pytest.mark.parametrize("durability", [Durability.APPEND, Durability.FLUSH])

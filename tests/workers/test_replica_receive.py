@@ -1,0 +1,181 @@
+"""How a follower's connection to its leader (``LeaderLink``) takes in an answer, over
+a real TCP connection to a leader played by the test, into a real Log through the
+worker's own ReplicaFetcher: an answer that comes whole, one that comes in pieces
+(its size split across reads, its body over many), and answers that must fail the
+connection with nothing appended: a size past what was asked for, two answers where
+one was asked for, an answer nobody asked for."""
+
+import glob
+import os
+import selectors
+import socket
+import struct
+import time
+
+import pytest
+
+from mpbroker.codec import responses
+from mpbroker.codec.message import encode_message_set
+from mpbroker.ipc.partition_table import PartitionTable, Role
+from mpbroker.process.timers import Timers
+from mpbroker.segments import LogConfig
+from mpbroker.segments.log import Log
+from mpbroker.workers.publisher import Publisher
+from mpbroker.workers.replica_fetcher import ReplicaFetcher
+from mpbroker.workers.replication import Replica
+
+EPOCH = 9
+
+
+class Loop:
+    """What the fetcher uses of its worker: the event loop's selector and timers."""
+
+    def __init__(self):
+        self.selector = selectors.DefaultSelector()
+        self.timers = Timers()
+
+
+class Config:
+    replica_fetch_max_bytes = 1 << 16
+    controller_socket_timeout_ms = 30_000
+    num_replica_fetchers = 1
+    max_message_size = 1 << 20
+    max_socket_request_bytes = 1 << 24
+
+
+class Warnings:
+    """The worker's throttled log, kept: what the link said when it failed."""
+
+    def __init__(self, lines: list):
+        self.lines = lines
+
+    def event(self, _key, _level, message: str) -> None:
+        self.lines.append(message)
+
+
+class Follower:
+    """A follower of one partition whose leader is a listening socket of the test."""
+
+    def __init__(self, tmp_path):
+        self.directory = str(tmp_path)
+        self.log = Log.open(self.directory, "t", 0, LogConfig(), recover=False)
+        publisher = Publisher(PartitionTable(4))
+        publisher.add(self.log)
+        self.warnings = []
+        throttled = Warnings(self.warnings)
+        self.loop = Loop()
+        self.fetcher = ReplicaFetcher(self.loop, 2, Config(), None, publisher, None, throttled, lambda: None)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.replica = Replica(self.log)
+        self.replica.role, self.replica.leader_epoch = Role.FOLLOWER, EPOCH
+        self.replica.address = self.server.getsockname()
+        self.fetcher.follow(self.replica)  # connects
+        self.leader, _ = self.server.accept()
+        self.link = self.fetcher.links[(self.replica.address, 0)]
+
+    def run(self, seconds: float = 0.05) -> None:
+        """The worker's event loop for a while."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            for key, mask in self.loop.selector.select(0.005):
+                key.data(mask)
+
+    def request(self) -> bytes:
+        """The next request the follower sent, whole."""
+        self.run()
+        self.leader.settimeout(5)
+        (size,) = struct.unpack(">i", self.leader.recv(4, socket.MSG_WAITALL))
+        return self.leader.recv(size, socket.MSG_WAITALL)
+
+    def segment_bytes(self) -> bytes:
+        return b"".join(open(path, "rb").read()
+                        for path in sorted(glob.glob(os.path.join(self.directory, "**", "*.kafka"), recursive=True)))
+
+    def close(self) -> None:
+        self.fetcher.close()
+        self.leader.close()
+        self.server.close()
+
+
+@pytest.fixture
+def follower(tmp_path):
+    follower = Follower(tmp_path)
+    yield follower
+    follower.close()
+
+
+def answer(data: bytes, log_end: int) -> bytes:
+    """A whole REPLICA_FETCH answer frame of one part carrying ``data``."""
+    return responses.replica_fetch_header([len(data)]) + responses.replica_part_header(
+        0, 0, 0, log_end, EPOCH, len(data)) + data
+
+
+def messages(count: int, start: int = 0) -> bytes:
+    return encode_message_set([b"message %d " % number * 20 for number in range(start, start + count)])
+
+
+def test_an_answer_that_comes_whole_is_appended(follower):
+    follower.request()
+    data = messages(10)
+    follower.leader.sendall(answer(data, len(data)))
+    follower.run()
+    assert follower.log.log_end == len(data)
+    assert follower.segment_bytes() == data
+    assert follower.link.sock is not None and not follower.warnings
+
+
+@pytest.mark.parametrize("cuts", [(1, 3, 2), (4,), (7, 200, 1), (2, 2, 2, 2, 2, 2)])
+def test_an_answer_that_comes_in_pieces_is_appended_once_whole(follower, cuts):
+    follower.request()
+    data = messages(200)  # under the 64 KB asked for
+    frame = answer(data, len(data))
+    pieces, pos = [], 0
+    for cut in cuts:  # the first pieces as the cuts say (the size may be split), the rest in 5
+        pieces.append(frame[pos:pos + cut])
+        pos += cut
+    step = (len(frame) - pos) // 5 + 1
+    pieces += [frame[start:start + step] for start in range(pos, len(frame), step)]
+    for piece in pieces:
+        assert follower.log.log_end == 0
+        follower.leader.sendall(piece)
+        follower.run(0.02)  # each piece read on its own
+    follower.run()
+    assert follower.log.log_end == len(data)
+    assert follower.segment_bytes() == data
+    assert not follower.warnings
+    follower.request()  # and it goes on: the next fetch, from the new end
+    more = messages(5, 200)
+    follower.leader.sendall(answer(more, len(data) + len(more)))
+    follower.run()
+    assert follower.segment_bytes() == data + more
+
+
+def test_an_answer_larger_than_what_was_asked_for_fails_the_connection(follower):
+    follower.request()
+    follower.leader.sendall(struct.pack(">i", (1 << 16) + 10_000) + b"\0" * 64)
+    follower.run()
+    assert follower.link.sock is None and follower.log.log_end == 0
+    assert any("an answer of 75536 bytes" in warning for warning in follower.warnings), follower.warnings
+
+
+def test_two_answers_where_one_was_asked_for_fail_the_connection(follower):
+    follower.request()
+    data = messages(3)
+    follower.leader.sendall(answer(data, len(data)) * 2)
+    follower.run()
+    assert follower.link.sock is None and follower.log.log_end == 0
+    assert any("more than one answer" in warning for warning in follower.warnings), follower.warnings
+
+
+def test_an_answer_nobody_asked_for_fails_the_connection(follower):
+    data = messages(3)
+    follower.request()
+    follower.leader.sendall(answer(data, len(data)))
+    follower.run()
+    assert follower.log.log_end == len(data)
+    follower.request()  # the next fetch, parked at the leader
+    follower.link.in_flight = None  # as if it had been answered
+    follower.leader.sendall(answer(messages(2), len(data)))
+    follower.run()
+    assert follower.link.sock is None and follower.log.log_end == len(data)
+    assert any("nobody asked for" in warning for warning in follower.warnings), follower.warnings
