@@ -4,33 +4,15 @@ latest epoch ended in the leader's log and cuts there; when it lacks the epoch t
 leader answers with, it cuts at the end of its own largest epoch below that and asks
 again, until the logs agree (never at its own high watermark)."""
 
-import selectors
-
 from mpbroker.codec.message import encode_message
 from mpbroker.ipc.partition_table import PartitionTable, Role
-from mpbroker.process.timers import Timers
 from mpbroker.segments import LogConfig
 from mpbroker.segments.leader_epochs import UNDEFINED
 from mpbroker.segments.log import Log
 from mpbroker.workers.publisher import Publisher
 from mpbroker.workers.replica_fetcher import ReplicaFetcher
 from mpbroker.workers.replication import Replica
-
-
-class Loop:
-    """What the fetcher uses of its worker: the event loop's selector and timers."""
-
-    def __init__(self):
-        self.selector = selectors.DefaultSelector()
-        self.timers = Timers()
-
-
-class Config:
-    replica_fetch_max_bytes = 1 << 20
-    controller_socket_timeout_ms = 30_000
-    num_replica_fetchers = 1
-    max_message_size = 1 << 20
-    max_socket_request_bytes = 1 << 24
+from tests.workers.fetcher_parts import Config, Loop
 
 
 def follower_with(tmp_path, epochs) -> tuple:

@@ -7,7 +7,6 @@ one was asked for, an answer nobody asked for."""
 
 import glob
 import os
-import selectors
 import socket
 import struct
 import time
@@ -17,30 +16,19 @@ import pytest
 from mpbroker.codec import responses
 from mpbroker.codec.message import encode_message_set
 from mpbroker.ipc.partition_table import PartitionTable, Role
-from mpbroker.process.timers import Timers
 from mpbroker.segments import LogConfig
 from mpbroker.segments.log import Log
 from mpbroker.workers.publisher import Publisher
 from mpbroker.workers.replica_fetcher import ReplicaFetcher
 from mpbroker.workers.replication import Replica
+from tests.workers import fetcher_parts
+from tests.workers.fetcher_parts import Loop
 
 EPOCH = 9
 
 
-class Loop:
-    """What the fetcher uses of its worker: the event loop's selector and timers."""
-
-    def __init__(self):
-        self.selector = selectors.DefaultSelector()
-        self.timers = Timers()
-
-
-class Config:
-    replica_fetch_max_bytes = 1 << 16
-    controller_socket_timeout_ms = 30_000
-    num_replica_fetchers = 1
-    max_message_size = 1 << 20
-    max_socket_request_bytes = 1 << 24
+class Config(fetcher_parts.Config):
+    replica_fetch_max_bytes = 1 << 16  # what each fetch asks for, and so the most an answer may hold
 
 
 class Warnings:
