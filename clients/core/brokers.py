@@ -11,6 +11,7 @@ partition)`` pairs is cached per topic for ``topic_metadata_refresh_ms``.
 
 import threading
 import time
+from time import monotonic
 from typing import NamedTuple
 
 from mpbroker.codec import requests as rq
@@ -86,10 +87,9 @@ class StaticBrokerPartitions:
     def partitions(self, topic: str) -> list:
         """Sorted (broker id, partition) pairs of ``topic`` across the live brokers.
         A broker that cannot be reached is left out (until the next refresh)."""
-        with self._lock:
-            cached = self._cache.get(topic)
-            if cached is not None and cached[0] > time.monotonic():
-                return cached[1]
+        cached = self._cache.get(topic)  # read without the lock: entries are replaced whole, never changed
+        if cached is not None and cached[0] > monotonic():
+            return cached[1]
         pairs = []
         failures = []
         for broker_id in sorted(self.brokers):

@@ -69,7 +69,8 @@ class WriteBehind:
         self._retries = retries
         self._backoff_s = backoff_s
         self._max_queued_bytes = max_queued_bytes
-        self._state = threading.Condition(threading.Lock())  # not re-entered: a plain lock is cheaper
+        self._state_lock = threading.Lock()  # not re-entered: a plain lock is cheaper
+        self._state = threading.Condition(self._state_lock)  # held as ``_state_lock`` by ``submit``
         self._queue = []  # buffers, in submission order
         self._queued_bytes = 0
         self._queued_messages = 0
@@ -91,10 +92,12 @@ class WriteBehind:
         """Something is queued or being written."""
         return self._busy
 
-    def submit(self, buffers, messages: int) -> None:
-        """Queue one or more requests' buffers (``messages`` messages in all)."""
-        size = sum(map(len, buffers))
-        with self._state:
+    def submit(self, buffers, messages: int, size: int | None = None) -> None:
+        """Queue one or more requests' buffers (``messages`` messages in all; ``size``:
+        their bytes, when the caller knows them)."""
+        if size is None:
+            size = sum(map(len, buffers))
+        with self._state_lock:  # the condition's lock, taken without its Python-level wrapper
             while True:
                 if self._closed:  # also while waiting for room
                     raise BrokerUnavailableError(f"the writer of {self.connection} is closed")
@@ -153,7 +156,8 @@ class WriteBehind:
         queue is the parent's to write. Start afresh (on ``lock``, the connection's lock
         made anew: the parent's may have been held at the fork)."""
         self.lock = lock
-        self._state = threading.Condition(threading.Lock())
+        self._state_lock = threading.Lock()
+        self._state = threading.Condition(self._state_lock)
         self._queue, self._queued_bytes, self._queued_messages = [], 0, 0
         self._busy = False
         self._thread = None

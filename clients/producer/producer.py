@@ -49,10 +49,10 @@ audit topic (``producer_audit``); without it nothing of that runs.
 
 import logging
 import os
-import random
 import threading
 import time
 import weakref
+from random import random
 from typing import NamedTuple
 
 from mpbroker.clients.core.brokers import StaticBrokerPartitions, parse_broker_list
@@ -97,6 +97,9 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_new_tuple = tuple.__new__
 
 
 class SendResult(NamedTuple):
@@ -186,6 +189,7 @@ class Producer:
         self._plain_fire_and_forget = (self._sender is None and settings.acks == "none"
                                        and type(self.callbacks) is NoCallbacks)
         self._compressed = {}  # topic -> whether it is compressed (the settings say once)
+        self._plain_topics = set()  # topics that take the short way for good (``_plain``)
         _producers.add(self)
 
     # --- public -----------------------------------------------------------------
@@ -203,7 +207,7 @@ class Producer:
         if checked is None:
             checked = self._checked_topics[topic] = check_topic(topic)  # str, also for a bytes name
         topic = checked
-        if type(messages) is bytes and self._plain_fire_and_forget and self._plain(topic):
+        if type(messages) is bytes and (topic in self._plain_topics or self._plain_fire_and_forget and self._plain(topic)):
             with self._send_lock:
                 return self._send_plain(topic, key, messages)
         if isinstance(messages, (list, tuple)):
@@ -320,7 +324,7 @@ class Producer:
         address (zk.connect) gets a new connection."""
         broker = broker or self._metadata.brokers.get(broker_id)
         entry = self._connections.get(broker_id)
-        if entry is not None and (broker is None or (entry[1].host, entry[1].port) == (broker.host, broker.port)):
+        if entry is not None and (broker is None or (entry[1].host == broker.host and entry[1].port == broker.port)):
             return entry
         if broker is None:
             raise BrokerUnavailableError(f"broker {broker_id} is not registered any more")
@@ -466,7 +470,7 @@ class Producer:
         partitioner's choice, or a random one for no key with the default partitioner."""
         count = len(pairs)
         if key is None and self._partition_for is default_partitioner:
-            return pairs[int(random.random() * count)]
+            return pairs[int(random() * count)]
         index = self._partition_for(key, count)
         if not 0 <= index < count:
             raise ValueError(f"the partitioner chose partition {index!r} of topic {topic!r}, "
@@ -499,13 +503,17 @@ class Producer:
 
     def _plain(self, topic: str) -> bool:
         """Whether ``topic`` may take the short way: not compressed, not replicated (it may
-        become so: asked each time, from the watched leaders), spread if it is to be."""
+        become so: asked each time, from the watched leaders), spread if it is to be. With
+        no leaders to watch (no zk.connect) a yes is for good (``_plain_topics``)."""
         compressed = self._compressed.get(topic)
         if compressed is None:
             compressed = self._compressed[topic] = bool(self.settings.compresses(topic))
         if compressed or (self._leaders is not None and self._leaders.is_replicated(topic)):
             return False
-        return not self.settings.spread_topics or topic in self._spread
+        plain = not self.settings.spread_topics or topic in self._spread
+        if plain and self._leaders is None:  # and it cannot stop being plain: asked no more
+            self._plain_topics.add(topic)
+        return plain
 
     def _send_plain(self, topic: str, key, payload: bytes) -> list:
         """``send`` of one message on the short way: what ``deliver`` does for it, with
@@ -519,13 +527,17 @@ class Producer:
             pairs = self._metadata.partitions(topic)
             if not pairs:
                 raise BrokerUnavailableError(f"no broker has a partition of topic {topic!r}")
-            broker_id, partition = self._pair_for(topic, key, pairs)
+            if key is None and self._partition_for is default_partitioner:  # _pair_for's usual case, inline
+                broker_id, partition = pairs[int(random() * len(pairs))]
+            else:
+                broker_id, partition = self._pair_for(topic, key, pairs)
             lock, connection = self._connection_for(broker_id)
             writer = self._writers.get(broker_id)
             short = not (writer is None or writer.connection is not connection or writer.failed
                          or not connection.connected)
             if short:
-                writer.submit(rq.one_message_produce_parts(topic, partition, payload), 1)
+                parts = rq.one_message_produce_parts(topic, partition, payload)
+                writer.submit(parts, 1, len(parts[0]) + len(payload))
         except MessageSizeTooLargeError:
             raise
         except Exception:
@@ -537,7 +549,7 @@ class Producer:
         stats.requests_sent += 1
         stats.messages_sent += 1
         stats.bytes_sent += len(payload) + V1_OVERHEAD  # the message set's bytes
-        return [SendResult(topic, broker_id, partition, 1, None, None)]
+        return [_new_tuple(SendResult, (topic, broker_id, partition, 1, None, None))]  # SendResult(...), one call less
 
     def _send_to_broker(self, broker_id: int, requests: list, results: list) -> None:
         """Deliver ``requests`` to one broker, retrying what failed retriably; the
