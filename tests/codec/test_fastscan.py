@@ -11,6 +11,7 @@ machine has a compiler, so the extension must be there and be exercised.
 import contextlib
 import mmap
 import os
+import random
 import struct
 import subprocess
 import sys
@@ -368,3 +369,93 @@ def test_the_environment_forces_the_python_loops():
         run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                              env={**os.environ, "MPBROKER_PURE_PYTHON": value})
         assert run.stdout.split() == expected.split(), run.stderr
+
+
+# -- the CRC (crc32_ieee: PCLMULQDQ folding where the CPU has it, else zlib's) ---------------
+
+def cpu_flags() -> set:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return {flag for line in f if line.startswith("flags") for flag in line.split(":", 1)[1].split()}
+    except OSError:
+        return set()
+
+
+def test_the_crc_in_use_is_the_one_the_cpu_allows():
+    # (A build with CFLAGS=-DMPBROKER_NO_PCLMUL, zlib's CRC only, fails here on such a CPU.)
+    flags = cpu_flags()
+    has_pclmul = os.uname().machine == "x86_64" and {"pclmulqdq", "sse4_1"} <= flags
+    assert _fastscan.CRC == ("pclmul" if has_pclmul else "zlib")
+
+
+RANDOM = random.Random(20240607).randbytes(1100 + 16)
+
+
+def test_crc32_is_zlibs_at_every_length_and_alignment():
+    crc32 = _fastscan.crc32
+    view = memoryview(RANDOM)
+    for start in range(16):
+        for length in range(1101):
+            piece = view[start:start + length]
+            assert crc32(piece) == zlib.crc32(piece), (start, length)
+    for length in range(1101):  # a nonzero starting value
+        assert crc32(view[:length], 0x9E3779B9) == zlib.crc32(view[:length], 0x9E3779B9), length
+
+
+def test_crc32_chains_like_zlib():
+    crc32 = _fastscan.crc32
+    for cut in range(0, 1101, 7):
+        head, tail = RANDOM[:cut], RANDOM[cut:1100]
+        assert crc32(tail, crc32(head)) == zlib.crc32(RANDOM[:1100]), cut
+    for value in (1, 0xFFFFFFFF, 1 << 32, -1, (1 << 70) + 5):  # any int, modulo 2**32 as in zlib
+        assert crc32(RANDOM[:300], value) == zlib.crc32(RANDOM[:300], value), value
+
+
+@pytest.mark.parametrize("length", [1 << 20, (1 << 20) + 13])
+def test_crc32_of_long_buffers(length):
+    buf = random.Random(length).randbytes(length)
+    assert _fastscan.crc32(buf) == zlib.crc32(buf)
+    assert _fastscan.crc32(memoryview(buf)[5:]) == zlib.crc32(memoryview(buf)[5:])  # unaligned, the GIL let go
+    for fill in (b"\x00", b"\xff"):
+        assert _fastscan.crc32(fill * length) == zlib.crc32(fill * length)
+
+
+@pytest.mark.parametrize("fill", [b"\x00", b"\xff"])
+def test_crc32_of_constant_bytes(fill):
+    for length in range(300):
+        for value in (0, 0xFFFFFFFF):
+            assert _fastscan.crc32(fill * length, value) == zlib.crc32(fill * length, value), (length, value)
+
+
+def test_crc32_takes_any_buffer():
+    crc = zlib.crc32(RANDOM)
+    assert _fastscan.crc32(bytearray(RANDOM)) == crc
+    assert _fastscan.crc32(memoryview(RANDOM)) == crc
+    with mmap.mmap(-1, len(RANDOM)) as mapped:
+        mapped[:] = RANDOM
+        assert _fastscan.crc32(mapped) == crc
+    assert _fastscan.crc32(b"") == 0 and _fastscan.crc32(b"", 1234) == 1234
+    with pytest.raises(TypeError):
+        _fastscan.crc32("text")
+    with pytest.raises(TypeError):
+        _fastscan.crc32()
+    with pytest.raises(TypeError):
+        _fastscan.crc32(b"x", 0, 0)
+    with pytest.raises(TypeError):
+        _fastscan.crc32(b"x", 1.5)
+    with pytest.raises(BufferError):
+        _fastscan.crc32(memoryview(RANDOM)[::2])
+
+
+def test_scan_checks_long_payloads_with_that_crc():
+    # 64 bytes and up go through the folding: every length around the 16- and 64-byte
+    # steps, then one flipped bit anywhere in a 1 KB payload stops the scan there.
+    payloads = [RANDOM[:n] for n in range(40, 300)]
+    buf = encode_message_set(payloads)
+    assert _fastscan.scan(buf, 0, 1 << 20) == (len(buf), len(payloads))
+    good = encode_message(RANDOM[:1024])
+    for index in range(10, len(good), 37):
+        for bit in (0, 7):
+            broken = bytearray(good)
+            broken[index] ^= 1 << bit
+            assert _fastscan.scan(good + bytes(broken), 0, 1 << 20) == (len(good), 1), (index, bit)
