@@ -31,8 +31,9 @@
  * zlib.crc32 computes). Once the interpreter was gone it was the largest cost per
  * message: Debian 12's zlib (1.2.13) has no SIMD CRC, ~125 ns for 200 bytes and ~4 GB/s
  * on long buffers, where folding 16 bytes at a time with carry-less multiplies
- * (PCLMULQDQ) passes 14 GB/s, and ``scan`` of 50 x 200 B went from 8.3 to 1.25 us
- * (AMD EPYC, 2 cores; /tmp timeit). zlib-ng has such a CRC, but it is not a
+ * (PCLMULQDQ) passes 14 GB/s: validating 50 x 200 B went from 9.2 to 2.0 us
+ * (python -m bench.log_bench --validation-only, the 2-core AMD EPYC development
+ * machine). zlib-ng has such a CRC, but it is not a
  * system library on Debian 12 and its Python package offers no C API, so the folding
  * is written here: four 128-bit accumulators over 64-byte blocks, folded into one, then
  * a Barrett reduction to 32 bits, with the constants (powers of x modulo the

@@ -7,10 +7,23 @@ Sans-IO and stateless. Layouts (PROTOCOL.md, "Messages"):
 
 ``length`` counts everything after itself; the CRC32 (zlib polynomial, unsigned)
 covers the payload only; ``attributes & 3`` is the compression codec.
+
+``crc32`` is what the encoders checksum with: ``_fastscan``'s carry-less-multiply CRC
+where the extension is built and the CPU has it (twice as fast as zlib's on a 200-byte
+payload; the same values), else ``zlib.crc32``.
 """
 
+import os
 import struct
 import zlib
+
+try:
+    from mpbroker.codec._fastscan import CRC as _CRC
+    from mpbroker.codec._fastscan import crc32 as _folding_crc32
+except ImportError:  # built without a compiler
+    _CRC = None
+_PURE_PYTHON = os.environ.get("MPBROKER_PURE_PYTHON", "") not in ("", "0")
+crc32 = _folding_crc32 if _CRC == "pclmul" and not _PURE_PYTHON else zlib.crc32
 
 MAGIC_V0 = 0
 MAGIC_V1 = 1
@@ -44,12 +57,12 @@ def codec_from_name(name: str) -> int:
 
 def encode_message(payload: bytes, codec: int = CODEC_NONE) -> bytes:
     """Encode one magic-1 message (with its length prefix)."""
-    return V1_PREFIX.pack(len(payload) + V1_HEADER_SIZE, MAGIC_V1, codec, zlib.crc32(payload)) + payload
+    return V1_PREFIX.pack(len(payload) + V1_HEADER_SIZE, MAGIC_V1, codec, crc32(payload)) + payload
 
 
 def encode_message_v0(payload: bytes) -> bytes:
     """Encode one magic-0 message, as pre-0.7 producers wrote them (read for compatibility)."""
-    return V0_PREFIX.pack(len(payload) + V0_HEADER_SIZE, MAGIC_V0, zlib.crc32(payload)) + payload
+    return V0_PREFIX.pack(len(payload) + V0_HEADER_SIZE, MAGIC_V0, crc32(payload)) + payload
 
 
 def encode_message_set(payloads) -> bytes:
@@ -59,10 +72,10 @@ def encode_message_set(payloads) -> bytes:
     is copied exactly one time.
     """
     pack = V1_PREFIX.pack
-    crc32 = zlib.crc32
+    checksum = crc32
     parts = []
     append = parts.append
     for payload in payloads:
-        append(pack(len(payload) + V1_HEADER_SIZE, MAGIC_V1, CODEC_NONE, crc32(payload)))
+        append(pack(len(payload) + V1_HEADER_SIZE, MAGIC_V1, CODEC_NONE, checksum(payload)))
         append(payload)
     return b"".join(parts)

@@ -13,10 +13,9 @@ import functools
 import struct
 from enum import IntEnum
 from typing import NamedTuple
-from zlib import crc32
 
 from mpbroker.codec.framing import SIZE, MalformedRequestError
-from mpbroker.codec.message import CODEC_NONE, MAGIC_V1, V1_HEADER_SIZE, V1_OVERHEAD
+from mpbroker.codec.message import CODEC_NONE, MAGIC_V1, V1_HEADER_SIZE, V1_OVERHEAD, crc32
 
 
 class RequestType(IntEnum):

@@ -388,6 +388,18 @@ def test_the_crc_in_use_is_the_one_the_cpu_allows():
     assert _fastscan.CRC == ("pclmul" if has_pclmul else "zlib")
 
 
+def test_the_encoders_checksum_with_the_folding_crc_where_it_runs_and_match_zlib():
+    from mpbroker.codec import message
+
+    assert message.crc32 is (_fastscan.crc32 if _fastscan.CRC == "pclmul" else zlib.crc32)
+    for payload in (b"", b"x" * 63, os.urandom(64), os.urandom(200), os.urandom(5000)):
+        assert encode_message(payload)[6:10] == struct.pack(">I", zlib.crc32(payload))
+        assert encode_message_v0(payload)[5:9] == struct.pack(">I", zlib.crc32(payload))
+        assert encode_message_set([payload, payload])[6:10] == struct.pack(">I", zlib.crc32(payload))
+    code = "import zlib, mpbroker.codec.message as m; assert m.crc32 is zlib.crc32"
+    subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "MPBROKER_PURE_PYTHON": "1"})
+
+
 RANDOM = random.Random(20240607).randbytes(1100 + 16)
 
 
