@@ -66,6 +66,7 @@ class LeaderLink:
         self.head = bytearray()  # an answer's first bytes while fewer than its size's four came
         self.body = None  # the answer being received (after its size), once its size is known
         self.filled = 0  # bytes of ``body`` received so far
+        self.wanted = 0  # the size of the answer ``body`` takes in (``body`` may be shorter: it grows)
         self.answer_limit = 0  # the most bytes the answer to the request in flight may have
         self.retry_timer = None
 
@@ -101,6 +102,8 @@ class LeaderLink:
         self.fetcher.selector.register(sock, selectors.EVENT_WRITE, self._on_event)
 
     def _on_event(self, mask: int) -> None:
+        if self.sock is None:  # closed by an earlier handler of the same round of events
+            return
         if not self.connected:
             error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if error:
@@ -147,6 +150,16 @@ class LeaderLink:
 
     # --- requests --------------------------------------------------------------------
 
+    def _more_waiting(self) -> bool:
+        """Whether bytes past the answer just received are already in the socket (the
+        leader answers each request once, so they would be taken for the next answer)."""
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return False  # the next read says what is wrong with the connection
+
     def _send_next(self) -> None:
         fetcher = self.fetcher
         for replica in self.replicas:
@@ -185,8 +198,9 @@ class LeaderLink:
 
     def _receive(self) -> None:
         """Take in the answer: its first bytes with one ``recv``; when that was not all
-        of it, the rest straight into a buffer of the answer's size (``recv_into``), so
-        the bytes the log gets were copied once out of the socket, never gathered."""
+        of it, the rest straight into one buffer for the answer (``recv_into``, the buffer
+        grown towards the answer's size as bytes come), so the bytes the log gets were
+        copied out of the socket once, not gathered piece by piece."""
         body = self.body
         try:
             if body is None:
@@ -217,14 +231,21 @@ class LeaderLink:
                 self._failed("the leader sent more than one answer")
                 return
             if received < wanted:
-                self.body = bytearray(wanted)
+                # Room for what came and as much again (at least RECEIVE_BYTES), grown as more
+                # comes: a size alone, from a broken or hostile peer, commits no memory.
+                self.body = bytearray(min(wanted, max(2 * received, RECEIVE_BYTES)))
                 self.body[:received] = memoryview(data)[4:]
-                self.filled = received
+                self.filled, self.wanted = received, wanted
                 return
             frame = memoryview(data)[4:]
         else:
             self.filled += got
-            if self.filled < len(body):
+            if self.filled < self.wanted:
+                if self.filled == len(body):
+                    body += bytes(min(len(body), self.wanted - len(body)))  # twice as large, at most the answer
+                return
+            if self._more_waiting():  # recv_into took exactly the answer: the rest is still in the socket
+                self._failed("the leader sent more than one answer")
                 return
             frame, self.body = body, None
         in_flight, self.in_flight = self.in_flight, None

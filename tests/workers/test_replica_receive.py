@@ -3,7 +3,9 @@ a real TCP connection to a leader played by the test, into a real Log through th
 worker's own ReplicaFetcher: an answer that comes whole, one that comes in pieces
 (its size split across reads, its body over many), and answers that must fail the
 connection with nothing appended: a size past what was asked for, two answers where
-one was asked for, an answer nobody asked for."""
+one was asked for (in one read, or the second behind the end of a long first), an answer
+nobody asked for. A size alone commits no memory, and an event of a link closed in
+the same round of events is ignored."""
 
 import glob
 import os
@@ -19,7 +21,7 @@ from mpbroker.ipc.partition_table import PartitionTable, Role
 from mpbroker.segments import LogConfig
 from mpbroker.segments.log import Log
 from mpbroker.workers.publisher import Publisher
-from mpbroker.workers.replica_fetcher import ReplicaFetcher
+from mpbroker.workers.replica_fetcher import RECEIVE_BYTES, ReplicaFetcher
 from mpbroker.workers.replication import Replica
 from tests.workers import fetcher_parts
 from tests.workers.fetcher_parts import Loop
@@ -44,15 +46,18 @@ class Warnings:
 class Follower:
     """A follower of one partition whose leader is a listening socket of the test."""
 
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, config=None):
         self.directory = str(tmp_path)
-        self.log = Log.open(self.directory, "t", 0, LogConfig(), recover=False)
+        # no flush comes due (the fetcher has no flusher here)
+        never = LogConfig(flush_interval_messages=1 << 40, flush_interval_ms=1 << 40)
+        self.log = Log.open(self.directory, "t", 0, never, recover=False)
         publisher = Publisher(PartitionTable(4))
         publisher.add(self.log)
         self.warnings = []
         throttled = Warnings(self.warnings)
         self.loop = Loop()
-        self.fetcher = ReplicaFetcher(self.loop, 2, Config(), None, publisher, None, throttled, lambda: None)
+        self.fetcher = ReplicaFetcher(self.loop, 2, config or Config(), None, publisher, None, throttled,
+                                      lambda: None)
         self.server = socket.create_server(("127.0.0.1", 0))
         self.replica = Replica(self.log)
         self.replica.role, self.replica.leader_epoch = Role.FOLLOWER, EPOCH
@@ -167,3 +172,64 @@ def test_an_answer_nobody_asked_for_fails_the_connection(follower):
     follower.run()
     assert follower.link.sock is None and follower.log.log_end == len(data)
     assert any("nobody asked for" in warning for warning in follower.warnings), follower.warnings
+
+
+def test_a_second_answer_behind_the_end_of_a_long_first_fails_the_connection(follower):
+    follower.request()
+    data = messages(200)
+    frame = answer(data, len(data))
+    follower.leader.sendall(frame[:10])
+    follower.run()  # the first bytes: the rest goes into a buffer of the answer's size
+    follower.leader.sendall(frame[10:] + frame)
+    follower.run()
+    assert follower.link.sock is None and follower.log.log_end == 0, "the same bytes would be appended twice"
+    assert any("more than one answer" in warning for warning in follower.warnings), follower.warnings
+
+
+class LargeFetches(Config):
+    replica_fetch_max_bytes = 64 << 20
+
+
+def test_a_size_alone_commits_no_memory_and_a_large_answer_grows_its_buffer_as_it_comes(tmp_path):
+    follower = Follower(tmp_path, LargeFetches())
+    try:
+        follower.request()
+        follower.leader.sendall(struct.pack(">i", 60 << 20) + b"\0\0")  # a 60 MB answer announced, 2 bytes sent
+        follower.run()
+        assert follower.link.sock is not None and len(follower.link.body) <= RECEIVE_BYTES
+        follower.link.close()
+        follower.leader.close()
+        follower.fetcher.remove(follower.replica)
+
+        follower.fetcher.follow(follower.replica)  # again, and now a 3 MB answer in pieces
+        follower.leader, _ = follower.server.accept()
+        follower.link = follower.fetcher.links[(follower.replica.address, 0)]
+        follower.request()
+        data = messages(12_000)
+        assert len(data) > 3 * RECEIVE_BYTES
+        frame = answer(data, len(data))
+        sizes = set()
+        for start in range(0, len(frame), 256 << 10):
+            follower.leader.sendall(frame[start:start + (256 << 10)])
+            follower.run(0.02)
+            if follower.link.body is not None:
+                sizes.add(len(follower.link.body))
+        follower.run()
+        assert follower.log.log_end == len(data) and follower.segment_bytes() == data
+        assert len(sizes) > 1 and max(sizes) == len(frame) - 4, sizes  # grown, up to the answer's size
+        assert not follower.warnings
+    finally:
+        follower.close()
+
+
+def test_an_event_of_a_link_closed_in_the_same_round_is_ignored(follower):
+    follower.request()
+    data = messages(3)
+    follower.leader.sendall(answer(data, len(data)))
+    time.sleep(0.05)
+    events = follower.loop.selector.select(1)
+    assert events
+    follower.fetcher.remove(follower.replica)  # as a roles change handled first in that round would
+    for key, mask in events:
+        key.data(mask)  # the link's event: its socket is gone
+    assert follower.link.sock is None and follower.log.log_end == 0
