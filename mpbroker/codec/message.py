@@ -22,8 +22,9 @@ try:
     from mpbroker.codec._fastscan import crc32 as _folding_crc32
 except ImportError:  # built without a compiler
     _CRC = None
-_PURE_PYTHON = os.environ.get("MPBROKER_PURE_PYTHON", "") not in ("", "0")
-crc32 = _folding_crc32 if _CRC == "pclmul" and not _PURE_PYTHON else zlib.crc32
+# MPBROKER_PURE_PYTHON=1: none of the C extension (here and in message_set), as if built without it
+PURE_PYTHON = os.environ.get("MPBROKER_PURE_PYTHON", "") not in ("", "0")
+crc32 = _folding_crc32 if _CRC == "pclmul" and not PURE_PYTHON else zlib.crc32
 
 MAGIC_V0 = 0
 MAGIC_V1 = 1

@@ -22,7 +22,6 @@ them). Without the extension, or with ``MPBROKER_PURE_PYTHON=1`` in the
 environment, the Python loop runs.
 """
 
-import os
 import struct
 import zlib
 from typing import NamedTuple
@@ -35,6 +34,7 @@ from mpbroker.codec.message import (
     LENGTH_SIZE,
     MAGIC_V0,
     MAGIC_V1,
+    PURE_PYTHON,
     V0_HEADER_SIZE,
     V0_OVERHEAD,
     V1_HEADER_SIZE,
@@ -57,7 +57,7 @@ try:
     from mpbroker.codec import _fastscan
 except ImportError:  # built without a compiler: the Python loop
     _fastscan = None
-if os.environ.get("MPBROKER_PURE_PYTHON", "") not in ("", "0"):
+if PURE_PYTHON:
     _fastscan = None
 # The C loops, or None for the Python ones; tests set these to None to compare.
 _scan = _fastscan.scan if _fastscan is not None else None
