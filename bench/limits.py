@@ -420,7 +420,7 @@ def producer_batch1(args) -> dict:
 # --- the table --------------------------------------------------------------------------
 
 # Run in this order: the latency row before the 10 GB of steady_ingest, after which its p99 was
-# 4-26 ms in runs where it was 3.3-4 ms alone (with the guest's dirty pages written back and
+# 5.9-26 ms in runs where it was 3.3-4.2 ms alone (with the guest's dirty pages written back and
 # fdatasync as fast as before: what lingers is not visible from inside the VM).
 ROWS = {"acked_round_trip": acked_round_trip, "acked_round_trip_no_poll": acked_round_trip_no_poll,
         "ingest_batch50": ingest_batch50, "fetch_1mib": fetch_1mib, "e2e_latency": e2e_latency,

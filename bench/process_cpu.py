@@ -12,6 +12,15 @@ def _stat_fields(pid) -> list:
         return stat_file.read().rsplit(")", 1)[1].split()  # the name may hold spaces
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of one process so far (0 if it is gone)."""
+    try:
+        fields = _stat_fields(pid)
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
 def tree_cpu_seconds(root: int) -> float:
     """User + system seconds of ``root`` and every live descendant (a child that already
     ended is not counted: measure across a stretch where the process tree is stable)."""

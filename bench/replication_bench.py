@@ -48,6 +48,7 @@ import time
 from typing import Self
 
 from bench.common import Connection, print_table, write_results
+from bench.process_cpu import cpu_seconds
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.errors import ErrorCode
@@ -173,16 +174,6 @@ def wait_dead(pids, timeout: float = 10.0) -> None:
         except (FileNotFoundError, ProcessLookupError):
             return True
     wait_for(lambda: all(dead(pid) for pid in pids), timeout, f"processes {pids} to die", 0.01)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of a process so far (0 if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_snapshot(cluster: "Cluster") -> dict:
