@@ -94,12 +94,12 @@ from bench.baselines import ServerProcess
 from bench.broker_process import BenchBroker
 from bench.common import RESULTS_DIR, Connection, print_table, write_results
 from bench.interrupts import stop_on_signals
-from bench.process_cpu import tree_cpu_seconds
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.message import encode_message_set
 from mpbroker.segments.naming import partition_dir_name
 from mpbroker.testing.local_zookeeper import ZOOKEEPER_JAR
+from mpbroker.testing.process_cpu import tree_cpu_seconds
 
 BATCH = 50
 STORED_BYTES = client_bench.STORED_BYTES  # a 200-byte message on disk

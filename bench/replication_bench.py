@@ -48,7 +48,6 @@ import time
 from typing import Self
 
 from bench.common import Connection, print_table, write_results
-from bench.process_cpu import cpu_seconds
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
 from mpbroker.codec.errors import ErrorCode
@@ -59,6 +58,7 @@ from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.segments.naming import list_segment_bases, partition_dir_name, segment_file_name
 from mpbroker.testing.local_broker import LocalBroker
 from mpbroker.testing.local_zookeeper import ZooKeeperServer
+from mpbroker.testing.process_cpu import cpu_seconds
 
 MESSAGE_BYTES = 200
 BATCH = 50
@@ -186,7 +186,7 @@ def cpu_snapshot(cluster: "Cluster") -> dict:
             pids[f"b{broker_id} worker {slot}"] = worker.get("pid")
         for role in ("acceptor", "registrar"):
             pids[f"b{broker_id} {role}"] = (status.get(role) or {}).get("pid")
-    snapshot = {name: cpu_seconds(pid) for name, pid in pids.items() if pid}
+    snapshot = {name: cpu_seconds(pid, if_gone=0.0) for name, pid in pids.items() if pid}
     times = os.times()
     snapshot["client"] = times.user + times.system
     return snapshot

@@ -40,6 +40,7 @@ from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec.message import CODEC_GZIP, CODEC_SNAPPY, encode_message, encode_message_set
 from mpbroker.control_client import call
 from mpbroker.ownership import owner_slot
+from mpbroker.testing.process_cpu import cpu_seconds
 from tests.broker.wire import WireClient
 
 from .test_protocol_fuzz import (
@@ -66,12 +67,6 @@ def memory_kb(pid: int, field: str = "VmRSS") -> int:
             if line.startswith(field + ":"):
                 return int(line.split()[1])
     raise AssertionError(f"no {field} in /proc/{pid}/status")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat_file:
-        fields = stat_file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def acceptor_pid(broker) -> int:

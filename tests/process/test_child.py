@@ -15,6 +15,7 @@ from mpbroker.clock import monotonic_ms
 from mpbroker.ipc.control import ControlChannel, Op
 from mpbroker.ipc.slot_table import SlotTable
 from mpbroker.process.child import ChildProcess, PollWindow
+from mpbroker.testing.process_cpu import cpu_seconds
 
 SLOT = 1
 
@@ -143,12 +144,6 @@ def test_a_start_that_refuses_exits_with_its_code_and_is_never_ready(probe):
     pid, channel = start(refuse=True)
     assert exit_code(pid) == 4
     assert receive(channel) is None
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat_file:
-        fields = stat_file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
 def cpu_over(pid: int, seconds: float) -> float:

@@ -1,6 +1,6 @@
-"""CPU time of a process and all its descendants, from /proc: what a broker (its
-supervisor and every child) spent on a measured stretch, for benchmarks that report
-CPU per request beside the rate."""
+"""CPU time of processes, from /proc: what a process (or a broker: its supervisor and
+every child) spent over a measured stretch. For the tests that check a process does
+not spin, and the benchmarks that report CPU per request beside the rate."""
 
 import os
 
@@ -12,12 +12,15 @@ def _stat_fields(pid) -> list:
         return stat_file.read().rsplit(")", 1)[1].split()  # the name may hold spaces
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of one process so far (0 if it is gone)."""
+def cpu_seconds(pid: int, if_gone: float | None = None) -> float:
+    """User plus system CPU seconds of one process so far. A process that is gone
+    raises FileNotFoundError, unless ``if_gone`` says what to count for it instead."""
     try:
         fields = _stat_fields(pid)
     except (FileNotFoundError, ProcessLookupError):
-        return 0.0
+        if if_gone is None:
+            raise
+        return if_gone
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
