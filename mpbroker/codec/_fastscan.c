@@ -148,6 +148,9 @@ crc32_fold(uint32_t reg, const unsigned char *p, size_t len)
 #endif
 
 static int use_pclmul;  /* set once at import: the CPU has pclmul and SSE4.1 */
+static const z_crc_t *byte_table;  /* zlib's own table (get_crc_table), for short tails */
+
+#define SHORT_CRC_BYTES 16  /* below this, a byte at a time beats a call into zlib */
 
 /* What zlib's crc32(crc, p, len) returns. */
 static inline uint32_t
@@ -161,12 +164,19 @@ crc32_ieee(uint32_t crc, const unsigned char *p, size_t len)
         len -= folded;
     }
 #endif
+    if (len < SHORT_CRC_BYTES) {  /* the tail after folding (a 200-byte message leaves 2) */
+        crc = ~crc;
+        while (len--)
+            crc = (uint32_t)byte_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        return ~crc;
+    }
     return crc32_zlib(crc, p, len);
 }
 
 static void
 choose_crc(void)
 {
+    byte_table = get_crc_table();
 #ifdef HAVE_PCLMUL_CRC
     __builtin_cpu_init();
     use_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
