@@ -28,6 +28,7 @@ one closes its connection), durability 2 with an ISR smaller than
 """
 
 import logging
+from collections import deque
 from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms
@@ -75,7 +76,9 @@ class Replica:
         self.address = None  # the leader's (host, port) while following
         self.high_watermark = 0
         self.followers = {}  # broker id -> FollowerPosition (leader only)
-        self.waiters = []  # durability-2 produces waiting for the high watermark (leader only)
+        # durability-2 produces waiting for the high watermark (leader only), in log order:
+        # each was appended after the one before it, so they are answered from the left
+        self.waiters = deque()
         self.isr_requested_ms = None  # an ISR change was asked for at this time, not yet seen
         self.isr_requested = ()  # ... and the ISR asked for: its new members count for the high watermark
         self.needs_truncation = False  # follower: ask the leader where our epoch ended first
@@ -211,7 +214,7 @@ class ReplicaManager:
                  *address, epoch)
 
     def _stop_leading(self, replica: Replica, why: str) -> None:
-        waiters, replica.waiters = replica.waiters, []
+        waiters, replica.waiters = replica.waiters, deque()
         for waiter in waiters:
             self._answer(messages.KIND_ACK, messages.encode_ack(
                 waiter.request_id, ErrorCode.NOT_LEADER, waiter.partition, -1, -1,
@@ -311,28 +314,25 @@ class ReplicaManager:
         self._answer_waiters(replica)
 
     def _answer_waiters(self, replica: Replica) -> None:
-        if not replica.waiters or not self._may_act():
-            return  # no acknowledgement without the lease: tick() tries again
+        waiters = replica.waiters
         high_watermark = replica.high_watermark
+        if not waiters or waiters[0].next_offset > high_watermark or not self._may_act():
+            return  # none covered yet; or no acknowledgement without the lease: tick() tries again
         # Covered by an ISR that shrank below min.insync.replicas meanwhile: refused
         # (Kafka's NotEnoughReplicasAfterAppend), not acknowledged with too few copies.
         code = ErrorCode.NO_ERROR if len(replica.isr) >= self.config.min_insync_replicas \
             else ErrorCode.NOT_ENOUGH_REPLICAS
-        remaining = []
-        for waiter in replica.waiters:
-            if waiter.next_offset <= high_watermark:
-                if code:
-                    self._answer(messages.KIND_ACK, messages.encode_ack(
-                        waiter.request_id, code, waiter.partition, -1, -1,
-                        f"{replica.topic}-{replica.partition}: appended, but the ISR {list(replica.isr)} shrank "
-                        f"below min.insync.replicas ({self.config.min_insync_replicas})"))
-                else:
-                    self._answer(messages.KIND_ACK, messages.encode_ack(waiter.request_id, ErrorCode.NO_ERROR,
-                                                                        waiter.partition, waiter.offset,
-                                                                        waiter.next_offset))
+        answer, encode_ack = self._answer, messages.encode_ack
+        while waiters and waiters[0].next_offset <= high_watermark:  # in log order: the covered ones lead
+            waiter = waiters.popleft()
+            if code:
+                answer(messages.KIND_ACK, encode_ack(
+                    waiter.request_id, code, waiter.partition, -1, -1,
+                    f"{replica.topic}-{replica.partition}: appended, but the ISR {list(replica.isr)} shrank "
+                    f"below min.insync.replicas ({self.config.min_insync_replicas})"))
             else:
-                remaining.append(waiter)
-        replica.waiters = remaining
+                answer(messages.KIND_ACK, encode_ack(waiter.request_id, ErrorCode.NO_ERROR, waiter.partition,
+                                                     waiter.offset, waiter.next_offset))
 
     def tick(self, now: int) -> None:
         """Shrink the ISRs of lagging followers; answer waiters the lease held back."""
