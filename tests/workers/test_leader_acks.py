@@ -1,0 +1,111 @@
+"""A leader's durability-2 acknowledgements (``ReplicaManager``), on a real Log and a
+real partition table: a produce is answered once the high watermark (the smallest log
+end of the ISR) covers its set, in log order, never before; an ISR that shrank below
+``min.insync.replicas`` refuses what it covers; without the ZooKeeper lease nothing is
+answered until ``tick`` finds it again."""
+
+from mpbroker.codec.errors import ErrorCode
+from mpbroker.codec.message import encode_message
+from mpbroker.ipc import messages
+from mpbroker.ipc.partition_table import PartitionTable
+from mpbroker.segments import LogConfig
+from mpbroker.segments.log import Log
+from mpbroker.workers.publisher import Publisher
+from mpbroker.workers.replication import ReplicaManager
+
+FOREVER_MS = 1 << 62
+
+
+class Config:
+    min_insync_replicas = 2
+    replica_lag_time_max_ms = 10_000
+
+
+class Logs:
+    """The worker's logs, as the manager asks for them: here the one partition's."""
+
+    def __init__(self, partition_log):
+        self.partition_log = partition_log
+
+    def get(self, topic, partition):
+        return self.partition_log
+
+    get_or_create = get
+
+
+class Leader:
+    """Broker 1 leading t-0 with followers 2 and 3; ``acks`` are the answers it sent."""
+
+    def __init__(self, tmp_path):
+        self.log = Log.open(str(tmp_path), "t", 0, LogConfig(), recover=False)
+        self.acks = []
+        self.lease_ms = FOREVER_MS
+        publisher = Publisher(PartitionTable(4))
+        publisher.add(self.log)
+        self.manager = ReplicaManager(1, Logs(self.log), publisher, Config(), self._answer,
+                                      request_isr=lambda **fields: None, lease=lambda: self.lease_ms)
+        self.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                   "isr": [1, 2, 3], "replicas": [1, 2, 3], "version": 0}])
+        self.replica = self.manager.get("t", 0)
+        self.next_id = 0
+
+    def _answer(self, kind, parts):
+        assert kind == messages.KIND_ACK
+        request_id, error, _partition, offset, next_offset, _reason = messages.decode_ack(
+            memoryview(b"".join(parts)))
+        self.acks.append((request_id, error, offset, next_offset))
+
+    def produce(self) -> tuple:
+        """Append one set and wait for the replicas; ``(request id, offset, next offset)``."""
+        data = encode_message(b"m%d" % self.next_id)
+        offset = self.log.log_end
+        self.log.append_many([data], 1)
+        self.next_id += 1
+        self.manager.wait_for_replicas(self.replica, self.next_id, 0, offset, self.log.log_end)
+        self.manager.appended(self.replica)
+        return self.next_id, offset, self.log.log_end
+
+    def report(self, follower: int, offset: int) -> None:
+        self.manager.positions(follower, [("t", 0, 1, offset)])
+
+
+def test_each_produce_is_answered_once_every_isr_member_has_it_in_log_order(tmp_path):
+    leader = Leader(tmp_path)
+    sets = [leader.produce() for _ in range(5)]
+    assert leader.acks == []
+    leader.report(2, sets[2][2])  # follower 2 has the first three sets, 3 has none yet
+    assert leader.acks == []
+    leader.report(3, sets[0][2])
+    assert leader.acks == [(sets[0][0], ErrorCode.NO_ERROR, sets[0][1], sets[0][2])]
+    leader.report(3, sets[3][2])  # 2 still holds the watermark at the third set
+    assert [ack[0] for ack in leader.acks] == [sets[0][0], sets[1][0], sets[2][0]]
+    leader.report(2, sets[4][2])
+    assert leader.acks == [(request_id, ErrorCode.NO_ERROR, offset, next_offset)
+                           for request_id, offset, next_offset in sets[:4]]
+    leader.report(3, sets[4][2])
+    assert [ack[0] for ack in leader.acks] == [request_id for request_id, _, _ in sets]
+    assert leader.replica.high_watermark == leader.log.log_end and not leader.replica.waiters
+
+
+def test_what_an_isr_below_min_insync_covers_is_refused_not_acknowledged(tmp_path):
+    leader = Leader(tmp_path)
+    first, second = leader.produce(), leader.produce()
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                 "isr": [1], "replicas": [1, 2, 3], "version": 1}])
+    # The ISR is the leader alone now: the watermark moves to its log end at once.
+    assert [(ack[0], ack[1], ack[2]) for ack in leader.acks] == [
+        (first[0], ErrorCode.NOT_ENOUGH_REPLICAS, -1), (second[0], ErrorCode.NOT_ENOUGH_REPLICAS, -1)]
+
+
+def test_without_the_lease_nothing_is_answered_until_tick_finds_it_again(tmp_path):
+    leader = Leader(tmp_path)
+    request_id, offset, next_offset = leader.produce()
+    leader.lease_ms = 0  # the registrar's ZooKeeper session may have expired
+    leader.report(2, next_offset)
+    leader.report(3, next_offset)
+    assert leader.acks == [] and leader.replica.high_watermark == next_offset
+    leader.manager.tick(0)
+    assert leader.acks == []
+    leader.lease_ms = FOREVER_MS
+    leader.manager.tick(0)
+    assert leader.acks == [(request_id, ErrorCode.NO_ERROR, offset, next_offset)]
