@@ -51,8 +51,8 @@ class PendingFlush(NamedTuple):
     segments: tuple  # segments whose data must reach the disk
     directories: tuple  # directories whose entries changed: the partition's, and log.dir for a new partition
     end: int  # log end when the flush began: what becomes visible (and durable) when it is done
-    messages: int  # unflushed messages it covers
-    began_ms: int  # timer clock
+    messages: int  # unflushed messages it covers (none an earlier flush in flight covers)
+    oldest_ms: int  # timer clock: when the oldest of them was appended
 
 
 class Log:
@@ -74,8 +74,9 @@ class Log:
         # Everything before the recovery point is durable: a completed flush covered it
         # (or the last shutdown was clean). None: not known (recovered without one).
         self.recovery_point = self.log_end
-        self._unflushed_messages = 0
-        self._unflushed_since_ms = 0
+        self._unflushed_messages = 0  # appended and not yet made durable by a completed flush
+        self._in_flight_messages = 0  # ... of which flushes in flight cover these
+        self._uncovered_since_ms = 0  # timer clock: when the oldest message no flush covers was appended
         self._dirty_directories = set()  # directories to fsync with the next flush
         self.segments_version = 0  # bumped whenever the segment list changes
         self.failure = None  # why this log takes no more appends (its files were removed)
@@ -229,8 +230,8 @@ class Log:
             self._undo_append(written, segments_before)
             self.log_end = offset
             raise
-        if self._unflushed_messages == 0:
-            self._unflushed_since_ms = self._timer_ms()
+        if self._unflushed_messages == self._in_flight_messages:  # the first no flush covers
+            self._uncovered_since_ms = self._timer_ms()
         self._unflushed_messages += messages
         return offset
 
@@ -292,11 +293,14 @@ class Log:
     # --- flush -----------------------------------------------------------------
 
     def flush_due(self, now_ms: int | None = None) -> bool:
-        """``now_ms`` is on the timer clock (``monotonic_ms``)."""
+        """Whether the messages no flush in flight covers are due, by their count or the
+        age of the oldest (a flush in flight already takes care of the others). ``now_ms``
+        is on the timer clock (``monotonic_ms``)."""
         if self.failure is not None:
             return False
         now = self._timer_ms() if now_ms is None else now_ms
-        return self.config.flush_due(self._unflushed_messages, self._unflushed_since_ms, now)
+        return self.config.flush_due(self._unflushed_messages - self._in_flight_messages,
+                                     self._uncovered_since_ms, now)
 
     @property
     def needs_flush(self) -> bool:
@@ -312,12 +316,14 @@ class Log:
             segment.dirty = False
             segment.flushes_in_progress += 1
         self._flushes_in_flight += 1
+        covered = self._unflushed_messages - self._in_flight_messages
+        self._in_flight_messages += covered
         pending = PendingFlush(
             dirty,
             tuple(sorted(self._dirty_directories, key=len, reverse=True)),  # a partition's before log.dir
             self.log_end,
-            self._unflushed_messages,
-            self._timer_ms(),
+            covered,
+            self._uncovered_since_ms,
         )
         self._dirty_directories.clear()
         return pending
@@ -327,7 +333,10 @@ class Log:
         for segment in pending.segments:
             segment.flushes_in_progress -= 1
         self._flushes_in_flight -= 1
+        self._in_flight_messages -= pending.messages
         if error is not None:
+            if pending.messages:  # covered no more: older than any appended since it began
+                self._uncovered_since_ms = pending.oldest_ms
             for segment in pending.segments:
                 segment.dirty = True
             self._dirty_directories.update(pending.directories)
@@ -343,8 +352,6 @@ class Log:
         if self.recovery_point is None or pending.end > self.recovery_point:
             self.recovery_point = pending.end
         self._unflushed_messages -= pending.messages
-        if self._unflushed_messages > 0:
-            self._unflushed_since_ms = pending.began_ms
 
     def flush(self) -> None:
         """Flush now, on this thread."""

@@ -212,6 +212,57 @@ def test_flush_policy_by_count_and_age(open_log, clock):
     assert log.flush_due()
 
 
+def test_what_a_flush_in_flight_covers_does_not_make_the_next_one_due(open_log, clock):
+    # Once 10 messages made a flush due, the 3 appended while it runs are not due by
+    # count (they were counted with the 10 before), nor by age until they are old.
+    log = open_log(flush_interval_messages=10, flush_interval_ms=1000)
+    log.append(message_set(10), 10)
+    clock.advance(900)
+    assert log.flush_due()
+    pending = log.begin_flush()
+    log.append(message_set(3), 3)
+    clock.advance(200)  # the 10 covered are 1100 ms old, the 3 only 200 ms
+    assert not log.flush_due()
+    log.append(message_set(6), 6)
+    assert not log.flush_due()  # 9 not covered
+    log.append(message_set(1), 1)
+    assert log.flush_due()  # 10 not covered
+    log.finish_flush(pending)
+    assert log.flush_due() and log.unflushed_messages == 10
+    log.flush()
+    assert not log.flush_due()
+    log.append(message_set(1), 1)
+    second = log.begin_flush()
+    log.append(message_set(1), 1)
+    clock.advance(999)
+    assert not log.flush_due()
+    clock.advance(1)
+    assert log.flush_due()  # the one appended during the flush is 1000 ms old
+    log.finish_flush(second)
+    assert log.flush_due()
+
+
+def test_a_failed_flush_makes_what_it_covered_due_again(open_log, clock):
+    log = open_log(flush_interval_messages=10, flush_interval_ms=1000)
+    log.append(message_set(10), 10)
+    pending = log.begin_flush()
+    assert not log.flush_due()
+    with pytest.raises(Exception, match="flush .* failed"):
+        log.finish_flush(pending, OSError(5, "Input/output error"))
+    assert log.flush_due() and log.unflushed_messages == 10  # by count
+    log.flush()
+    log.append(message_set(1), 1)
+    clock.advance(600)
+    failed = log.begin_flush()
+    log.append(message_set(1), 1)  # younger than the one the failed flush covered
+    with pytest.raises(Exception, match="flush .* failed"):
+        log.finish_flush(failed, OSError(5, "Input/output error"))
+    clock.advance(399)
+    assert not log.flush_due()
+    clock.advance(1)
+    assert log.flush_due()  # by age: the first message waits again, 1000 ms old
+
+
 def test_split_flush_lets_appends_continue(open_log):
     log = open_log()
     log.append(message_set(3), 3)
