@@ -441,12 +441,13 @@ def table_row(row: dict) -> list:
     target = f"p99 <= {LATENCY_TARGET_MS:g} ms" if row["path"] == "e2e_latency" else f">= {TARGETS[row['path']]}x"
     if "skipped" in row or "error" in row:
         what = f"skipped: {row['skipped']}" if "skipped" in row else f"FAILED: {row['error']}"
-        return [row["path"], what, "-", "-", target, "-"]
+        return [row["path"], what, "-", "-", "-", target, "-"]
     measured = figure(row["measured"], row["unit"])
     if row["path"] == "e2e_latency":
         measured = f"p99 {row['p99_ms']:.2f} ms (p50 {row['p50_ms']:.2f})"
+    medians = f"{row['median_ratio']:.2f}x" if "median_ratio" in row else "-"
     return [row["path"], measured, figure(row["baseline"], row["baseline_unit"]), f"{row['ratio']:.2f}x",
-            target, "yes" if row["met"] else "no"]
+            medians, target, "yes" if row["met"] else "no"]
 
 
 def settle(timeout_s: float = 120.0) -> float:
@@ -513,8 +514,10 @@ def main(argv=None) -> int:
     load_after = os.getloadavg()
     print()
     table = print_table(f"mpbroker's hot paths against no-broker baselines measured in the same run "
-                        f"(best of {args.repeats} interleaved runs; steady_ingest and e2e_latency one run)",
-                        ["path", "measured", "baseline", "ratio", "target", "met"], [table_row(row) for row in rows])
+                        f"(best of {args.repeats} interleaved runs, the ratio of the bests; steady_ingest and "
+                        f"e2e_latency one run; the ratio of the medians beside it, less moved by one lucky run)",
+                        ["path", "measured", "baseline", "ratio", "of medians", "target", "met"],
+                        [table_row(row) for row in rows])
     notes = [row["note"] for row in rows if row.get("note")]
     load = (f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end "
             f"(other work on this machine moves the numbers; the ratios less)")
