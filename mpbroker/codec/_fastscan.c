@@ -41,7 +41,9 @@
  * Polynomials Using PCLMULQDQ Instruction". It is compiled only on x86-64 with
  * GCC/Clang, for that one function's target (the rest builds for any x86-64), and
  * chosen once at import if the CPU has pclmul and SSE4.1; otherwise, or with
- * -DMPBROKER_NO_PCLMUL, zlib's crc32 as before. ``CRC`` names the one in use,
+ * -DMPBROKER_NO_PCLMUL, zlib's crc32 as before. Either way, fewer than 16 bytes (what
+ * folding leaves) go a byte at a time through zlib's own table (get_crc_table), which
+ * costs less than a call into zlib. ``CRC`` names the one in use,
  * ``crc32(buffer, value=0)`` exposes it for the tests (against zlib.crc32).
  */
 #define PY_SSIZE_T_CLEAN

@@ -335,8 +335,10 @@ class Log:
         self._flushes_in_flight -= 1
         self._in_flight_messages -= pending.messages
         if error is not None:
-            if pending.messages:  # covered no more: older than any appended since it began
-                self._uncovered_since_ms = pending.oldest_ms
+            if pending.messages:  # covered no more: the oldest uncovered may be one of them now
+                uncovered_before = self._unflushed_messages - self._in_flight_messages - pending.messages
+                self._uncovered_since_ms = pending.oldest_ms if uncovered_before <= 0 \
+                    else min(pending.oldest_ms, self._uncovered_since_ms)
             for segment in pending.segments:
                 segment.dirty = True
             self._dirty_directories.update(pending.directories)

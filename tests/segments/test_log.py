@@ -247,7 +247,7 @@ def test_a_failed_flush_makes_what_it_covered_due_again(open_log, clock):
     log.append(message_set(10), 10)
     pending = log.begin_flush()
     assert not log.flush_due()
-    with pytest.raises(Exception, match="flush .* failed"):
+    with pytest.raises(StorageError, match="flush .* failed"):
         log.finish_flush(pending, OSError(5, "Input/output error"))
     assert log.flush_due() and log.unflushed_messages == 10  # by count
     log.flush()
@@ -255,12 +255,28 @@ def test_a_failed_flush_makes_what_it_covered_due_again(open_log, clock):
     clock.advance(600)
     failed = log.begin_flush()
     log.append(message_set(1), 1)  # younger than the one the failed flush covered
-    with pytest.raises(Exception, match="flush .* failed"):
+    with pytest.raises(StorageError, match="flush .* failed"):
         log.finish_flush(failed, OSError(5, "Input/output error"))
     clock.advance(399)
     assert not log.flush_due()
     clock.advance(1)
     assert log.flush_due()  # by age: the first message waits again, 1000 ms old
+
+
+def test_two_failed_flushes_leave_the_oldest_message_due_by_its_age(open_log, clock):
+    log = open_log(flush_interval_messages=100, flush_interval_ms=1000)
+    log.append(message_set(1), 1)
+    first = log.begin_flush()
+    clock.advance(600)
+    log.append(message_set(1), 1)
+    second = log.begin_flush()
+    for pending in (first, second):  # the older fails first; the younger's failure must not hide it
+        with pytest.raises(StorageError):
+            log.finish_flush(pending, OSError(5, "Input/output error"))
+    clock.advance(399)
+    assert not log.flush_due()
+    clock.advance(1)
+    assert log.flush_due()
 
 
 def test_split_flush_lets_appends_continue(open_log):

@@ -4,6 +4,8 @@ end of the ISR) covers its set, in log order, never before; an ISR that shrank b
 ``min.insync.replicas`` refuses what it covers; without the ZooKeeper lease nothing is
 answered until ``tick`` finds it again."""
 
+import pytest
+
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.codec.message import encode_message
 from mpbroker.ipc import messages
@@ -69,8 +71,14 @@ class Leader:
         self.manager.positions(follower, [("t", 0, 1, offset)])
 
 
-def test_each_produce_is_answered_once_every_isr_member_has_it_in_log_order(tmp_path):
-    leader = Leader(tmp_path)
+@pytest.fixture
+def leader(tmp_path):
+    made = Leader(tmp_path)
+    yield made
+    made.log.close()
+
+
+def test_each_produce_is_answered_once_every_isr_member_has_it_in_log_order(leader):
     sets = [leader.produce() for _ in range(5)]
     assert leader.acks == []
     leader.report(2, sets[2][2])  # follower 2 has the first three sets, 3 has none yet
@@ -87,8 +95,7 @@ def test_each_produce_is_answered_once_every_isr_member_has_it_in_log_order(tmp_
     assert leader.replica.high_watermark == leader.log.log_end and not leader.replica.waiters
 
 
-def test_what_an_isr_below_min_insync_covers_is_refused_not_acknowledged(tmp_path):
-    leader = Leader(tmp_path)
+def test_what_an_isr_below_min_insync_covers_is_refused_not_acknowledged(leader):
     first, second = leader.produce(), leader.produce()
     leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
                                  "isr": [1], "replicas": [1, 2, 3], "version": 1}])
@@ -97,8 +104,7 @@ def test_what_an_isr_below_min_insync_covers_is_refused_not_acknowledged(tmp_pat
         (first[0], ErrorCode.NOT_ENOUGH_REPLICAS, -1), (second[0], ErrorCode.NOT_ENOUGH_REPLICAS, -1)]
 
 
-def test_without_the_lease_nothing_is_answered_until_tick_finds_it_again(tmp_path):
-    leader = Leader(tmp_path)
+def test_without_the_lease_nothing_is_answered_until_tick_finds_it_again(leader):
     request_id, offset, next_offset = leader.produce()
     leader.lease_ms = 0  # the registrar's ZooKeeper session may have expired
     leader.report(2, next_offset)
@@ -109,3 +115,17 @@ def test_without_the_lease_nothing_is_answered_until_tick_finds_it_again(tmp_pat
     leader.lease_ms = FOREVER_MS
     leader.manager.tick(0)
     assert leader.acks == [(request_id, ErrorCode.NO_ERROR, offset, next_offset)]
+
+
+def test_leaving_the_lead_answers_every_waiting_produce_not_leader_once(leader):
+    sets = [leader.produce() for _ in range(3)]
+    leader.report(2, sets[0][2])
+    leader.report(3, sets[0][2])
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "follower", "leader": 2, "leader_epoch": 2,
+                                 "host": "127.0.0.1", "port": 1, "isr": [2, 3], "replicas": [1, 2, 3],
+                                 "version": 1}])
+    assert leader.acks == [(sets[0][0], ErrorCode.NO_ERROR, sets[0][1], sets[0][2]),
+                           (sets[1][0], ErrorCode.NOT_LEADER, -1, -1), (sets[2][0], ErrorCode.NOT_LEADER, -1, -1)]
+    assert not leader.replica.waiters
+    leader.manager.tick(0)
+    assert len(leader.acks) == 3
