@@ -48,6 +48,7 @@ from mpbroker.ipc.control import Op
 from mpbroker.ipc.shared_memory import SharedMemory
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.logging_setup import set_level, set_role
+from mpbroker.process import scheduling
 from mpbroker.process.fork import die_with_parent, reset_signals, set_process_name
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registry import layout
@@ -82,6 +83,7 @@ class Supervisor:
         self.readiness = None  # made once the port is known
         self.registrar_checked = False  # the registrar checked the broker id (or ZooKeeper was away)
         self.zk_state = None  # the registrar's last report
+        self.scheduling = None  # the CPU scheduling policy the broker runs under, once it runs
         self.roles = RoleBook(config.num_workers)  # replica roles, handed to the workers and the acceptor
         self.rates = RateSampler()
         self._accepting = False  # the first acceptor took connections
@@ -172,6 +174,8 @@ class Supervisor:
 
     def run(self) -> int:
         self._prepare()
+        # Before any child or thread: they all inherit it (mpbroker.process.scheduling).
+        self.scheduling = scheduling.apply(self.config.sched_batch)
         self.selector = selectors.DefaultSelector()
         wakeup_read, wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wakeup_write, warn_on_full_buffer=False)
@@ -181,8 +185,9 @@ class Supervisor:
         self.control_server.attach(self.selector, self._run_command)
         for child in self.children:
             self.selector.register(child.channel.fileno(), selectors.EVENT_READ, child)
-        log.info("mpbroker %d starting: %d workers, log.dir %s, %s", self.config.brokerid, len(self.workers),
-                 self.config.log_dir, "clean shutdown last time" if self.clean else "recovering logs")
+        log.info("mpbroker %d starting: %d workers, log.dir %s, %s, scheduling policy %s", self.config.brokerid,
+                 len(self.workers), self.config.log_dir,
+                 "clean shutdown last time" if self.clean else "recovering logs", self.scheduling)
         if self.metrics:
             self._spawn(self.metrics)
         if self.registrar:  # the workers start once it checked the broker id

@@ -119,6 +119,7 @@ class BrokerConfig:
     num_workers: int
     ring_buffer_bytes: int
     busy_poll_us: int
+    sched_batch: bool
     worker_heartbeat_timeout_ms: int
     control_socket: str
     control_socket_group: str

@@ -98,7 +98,7 @@ def broker_status(supervisor) -> dict:
         "ok": True, "pid": supervisor.pid, "brokerid": config.brokerid, "port": supervisor.port,
         "phase": supervisor.phase, "ready": supervisor.ready,
         "uptime_s": round(time.monotonic() - supervisor.started_at, 1),
-        "log_dir": config.log_dir, "workers": workers,
+        "log_dir": config.log_dir, "scheduling": supervisor.scheduling, "workers": workers,
         "acceptor": child_status(supervisor.acceptor, supervisor.slots, now_ms),
         "registrar": child_status(registrar, supervisor.slots, now_ms) if registrar else None,
         "zookeeper": supervisor.zk_state if registrar else None,

@@ -148,6 +148,7 @@ EXPECTED_DEFAULTS = {
     "num_workers": min(os.cpu_count() or 1, 256),
     "ring_buffer_bytes": 8388608,
     "busy_poll_us": 200,
+    "sched_batch": True,
     "worker_heartbeat_timeout_ms": 30000,
     "control_socket": "",
     "control_socket_group": "",
