@@ -123,7 +123,7 @@ KEYS = (
     Key("sched.batch", "bool", "true",
         "run the broker's processes under Linux's SCHED_BATCH scheduling policy: a woken process takes its turn on "
         "the CPU instead of preempting the one running, so fewer context switches when busy processes outnumber "
-        "the cores (~20% faster replication on 2 cores); false keeps the policy the broker was started with"),
+        "the cores (~25% faster replication on 2 cores); false keeps the policy the broker was started with"),
     Key("worker.heartbeat.timeout.ms", "int", "30000", "milliseconds of worker silence before it is restarted",
         minimum=1000),
     Key("control.socket", "str", "", f"path of the control unix socket; empty means <log.dir>/{CONTROL_SOCKET_NAME}"),

@@ -10,7 +10,7 @@ comes back as two more context switches. Under SCHED_BATCH a woken process takes
 turn instead; nothing else changes (the same nice level, the same share of the CPU,
 no privilege needed). Measured on the 2-core development VM, 300,000 messages per run
 (ARCHITECTURE.md has the figures): a replicated produce (RF 3, durability 2) switched
-~7,000 times instead of ~12,500 and ran ~20% faster; the acknowledged round trip,
+~7,000 times instead of ~12,500 and ran ~25% faster; the acknowledged round trip,
 the ingest and the end-to-end latency did not get worse.
 
 Set once, in the supervisor before it forks a child or starts a thread: every process
