@@ -1,6 +1,7 @@
-"""CPU time of processes, from /proc: what a process (or a broker: its supervisor and
-every child) spent over a measured stretch. For the tests that check a process does
-not spin, and the benchmarks that report CPU per request beside the rate."""
+"""Processes from /proc: a process tree (a broker: its supervisor and every child), and
+the CPU time a process or a tree spent over a measured stretch. For the tests that
+check a process does not spin or how the broker's processes run, and the benchmarks
+that report CPU per request beside the rate."""
 
 import os
 
@@ -24,23 +25,35 @@ def cpu_seconds(pid: int, if_gone: float | None = None) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
 
 
+def _live_processes() -> dict:
+    """``{pid: its /proc stat fields}`` of every process alive now."""
+    processes = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                processes[int(entry)] = _stat_fields(entry)
+            except OSError:  # ended meanwhile
+                pass
+    return processes
+
+
+def process_tree(root: int, processes: dict | None = None) -> list:
+    """``root`` and every live descendant of it (of ``processes``, from ``_live_processes``)."""
+    processes = _live_processes() if processes is None else processes
+    children = {}
+    for pid, fields in processes.items():
+        children.setdefault(int(fields[1]), []).append(pid)
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
 def tree_cpu_seconds(root: int) -> float:
     """User + system seconds of ``root`` and every live descendant (a child that already
     ended is not counted: measure across a stretch where the process tree is stable)."""
-    children, cpu = {}, {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = _stat_fields(entry)
-        except OSError:  # ended meanwhile
-            continue
-        pid = int(entry)
-        children.setdefault(int(fields[1]), []).append(pid)
-        cpu[pid] = (int(fields[11]) + int(fields[12])) / TICKS_PER_S
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, 0.0)
-        todo.extend(children.get(pid, ()))
-    return total
+    processes = _live_processes()
+    return sum((int(processes[pid][11]) + int(processes[pid][12])) / TICKS_PER_S
+               for pid in process_tree(root, processes) if pid in processes)

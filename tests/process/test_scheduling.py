@@ -8,22 +8,15 @@ import os
 
 import pytest
 
+from mpbroker.testing.process_cpu import process_tree
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="no SCHED_BATCH on this system")
 
 
 def broker_threads(supervisor_pid: int) -> dict:
     """``{thread id: (process name, policy)}`` of the supervisor and its children."""
-    pids = [supervisor_pid]
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == str(supervisor_pid):
-                        pids.append(int(entry))
-            except OSError:
-                pass
     threads = {}
-    for pid in pids:
+    for pid in process_tree(supervisor_pid):
         with open(f"/proc/{pid}/comm") as f:
             name = f.read().strip()
         for tid in os.listdir(f"/proc/{pid}/task"):
