@@ -107,6 +107,8 @@ class Supervisor:
         self.creator_id = layout.creator_id()  # the same for every registrar this supervisor starts
         self.listener = listeners.broker_listener(config)
         self.port = self.listener.getsockname()[1]
+        self.kafka_listener = listeners.kafka_listener(config)
+        self.kafka_port = self.kafka_listener.getsockname()[1] if self.kafka_listener is not None else None
         self.readiness = Readiness(config, self.pid, self.port)
         self.metrics_listener = listeners.metrics_listener(config) if self.metrics else None
         try:
@@ -160,6 +162,8 @@ class Supervisor:
                 other.child_channel.close()
         if child.role != "acceptor":
             self.listener.close()
+            if self.kafka_listener is not None:
+                self.kafka_listener.close()
         if self.metrics_listener is not None and child.role != "metrics":
             self.metrics_listener.close()
 
@@ -454,6 +458,8 @@ class Supervisor:
                 child.kill(signal.SIGKILL)
         self.control_server.close()
         self.listener.close()
+        if self.kafka_listener is not None:
+            self.kafka_listener.close()
         if self.metrics_listener is not None:
             self.metrics_listener.close()
         log.info("supervisor exiting (code %d)", self.exit_code)

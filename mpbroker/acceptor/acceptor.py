@@ -1,7 +1,9 @@
 """The acceptor process: one event loop for all client connections.
 
-It accepts connections on the listening socket the supervisor made (so a respawned
-acceptor keeps the port and its backlog), reads frames, answers fetches and OFFSETS
+It accepts connections on the listening sockets the supervisor made (so a respawned
+acceptor keeps the ports and their backlogs): the 0.7 port and the modern Kafka
+protocol's (``kafka.port``), each connection handled by its protocol's handlers
+(``requests`` for 0.7, ``kafka`` for the modern one). It reads frames, answers fetches and OFFSETS
 from the segment files, routes produces to the workers' rings (several requests per
 ring publish, one eventfd wake-up per publish), and sends answers back in request
 order. It runs on the child-process skeleton (``process.child``: signals, heartbeat,
@@ -39,6 +41,7 @@ import socket
 import time
 
 from mpbroker.acceptor.connection import CLOSE, READ_AGAIN, Connection
+from mpbroker.acceptor.kafka.handlers import KafkaRequestHandlers
 from mpbroker.acceptor.limits import AddressCounts, address_of, overdue, sweep_interval
 from mpbroker.acceptor.replica_requests import ReplicaRequests
 from mpbroker.acceptor.requests import RequestHandlers
@@ -71,7 +74,7 @@ PEER_GONE_ERRNOS = (errno.ECONNRESET, errno.EPIPE)  # normal client behaviour: t
 
 class Acceptor(ChildProcess):
     def __init__(self, config, listener: socket.socket, request_rings, answer_rings, tables, slots, slot: int,
-                 control, incarnation: int, counters):
+                 control, incarnation: int, counters, kafka_listener: socket.socket | None = None):
         super().__init__(slots, slot, control)
         self.config = config
         self.busy_poll_s = config.busy_poll_us / 1e6
@@ -89,6 +92,14 @@ class Acceptor(ChildProcess):
             if config.enable_zookeeper else None
         self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters,
                                         self.replica_requests, create_topic)
+        self.kafka_listener = kafka_listener  # the modern protocol's, or None (kafka.port=-1)
+        self.kafka_handlers = KafkaRequestHandlers(
+            config, self.files, self.router, self.handlers, self.timers, counters,
+            lambda connection: self._to_send.add(connection),
+            kafka_listener.getsockname()[1]) if kafka_listener is not None else None
+        self._listeners = {listener: self.handlers}  # listening socket -> the handlers of its protocol
+        if kafka_listener is not None:
+            self._listeners[kafka_listener] = self.kafka_handlers
         self.connections = {}  # fd -> Connection
         self._to_send = set()
         self._accepted = 0
@@ -108,10 +119,11 @@ class Acceptor(ChildProcess):
                 self.router.worker_up(route)
             self.watch(route.answers.data_fd, functools.partial(self._on_answers, route))
             self.watch(route.requests.space_fd, functools.partial(self._on_ring_space, route))
-        self.listener.setblocking(False)
-        self.watch(self.listener, self._on_listener)
+        self._watch_listeners()
         self.timers.once(0, self._sweep)
         log.info("accepting connections on %s:%d", *self.listener.getsockname()[:2])
+        if self.kafka_listener is not None:
+            log.info("accepting modern Kafka protocol connections on %s:%d", *self.kafka_listener.getsockname()[:2])
         return None
 
     def control_handlers(self) -> dict:
@@ -156,14 +168,21 @@ class Acceptor(ChildProcess):
 
     def _on_answers(self, route, _mask: int) -> None:
         self._act_on(self.router.on_answers(route))
+        if self.kafka_handlers is not None:
+            self.kafka_handlers.tick()  # an append may have given a waiting fetch its bytes
 
     @staticmethod
     def _on_ring_space(route, _mask: int) -> None:
         Ring.clear_notification(route.requests.space_fd)
 
-    def _on_listener(self, _mask: int) -> None:
+    def _watch_listeners(self) -> None:
+        for listener in self._listeners:
+            listener.setblocking(False)
+            self.watch(listener, functools.partial(self._on_listener, listener))
+
+    def _on_listener(self, listener, _mask: int) -> None:
         if not self.stopping:  # a stop earlier in this round of events closed the listener
-            self._accept()
+            self._accept(listener)
 
     def _sweep(self, _now_ms: int) -> None:
         """Close the overdue connections; again after ``limits.sweep_interval``."""
@@ -174,10 +193,10 @@ class Acceptor(ChildProcess):
 
     # --- connections ------------------------------------------------------------
 
-    def _accept(self) -> None:
+    def _accept(self, listener) -> None:
         for _ in range(ACCEPTS_PER_WAKEUP):
             try:
-                sock, peer = self.listener.accept()
+                sock, peer = listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
@@ -203,7 +222,7 @@ class Acceptor(ChildProcess):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._accepted += 1
             connection = Connection(sock, peer, self.config.max_socket_request_bytes, self._accepted, self.counters,
-                                    self._scratch, self._now)
+                                    self._scratch, self._now, self._listeners[listener])
             self.connections[connection.fd] = connection
             self.counters[CONNECTIONS_ACCEPTED] += 1
             self.counters[CONNECTIONS_OPEN] = len(self.connections)
@@ -215,14 +234,15 @@ class Acceptor(ChildProcess):
         sock.close()
 
     def _pause_accepting(self) -> None:
-        self.selector.unregister(self.listener)
+        for listener in self._listeners:
+            self.selector.unregister(listener)
         self._accept_paused = True
         self.timers.once(ACCEPT_BACKOFF_S * 1000, self._resume_accepting)
 
     def _resume_accepting(self, _now_ms: int) -> None:
         self._accept_paused = False
         if not self.stopping:
-            self.watch(self.listener, self._on_listener)
+            self._watch_listeners()
 
     def _close_overdue_connections(self) -> None:
         """Close connections past connections.max.idle.ms or request.receive.timeout.ms
@@ -256,7 +276,7 @@ class Acceptor(ChildProcess):
 
     def _process_frames(self, connection) -> None:
         try:
-            held = connection.handle_frames(self.handlers, self.config.max_queued_responses)
+            held = connection.handle_frames(connection.handlers, self.config.max_queued_responses)
         except MalformedRequestError as exc:
             self.counters[MALFORMED_REQUESTS] += 1
             self._close(connection, f"malformed request: {exc}")
@@ -378,12 +398,15 @@ class Acceptor(ChildProcess):
             return
         self.stopping = True
         self._stop_deadline = time.monotonic() + STOP_TIMEOUT_S
-        try:
-            self.selector.unregister(self.listener)
-        except (KeyError, ValueError):
-            pass  # not registered: accepting was paused
-        self.listener.close()
+        for listener in self._listeners:
+            try:
+                self.selector.unregister(listener)
+            except (KeyError, ValueError):
+                pass  # not registered: accepting was paused
+            listener.close()
         self.replica_requests.answer_all()  # followers' fetches waiting for news get what there is
+        if self.kafka_handlers is not None:
+            self.kafka_handlers.fetch.answer_all()  # and so do modern consumers' fetches
         for connection in list(self.connections.values()):
             connection.begin_closing()
             self._update_interest(connection)

@@ -63,10 +63,10 @@ class Response:
 
 class Connection:
     __slots__ = ("sock", "fd", "peer", "reader", "responses", "output", "queued", "_paused", "_throttled", "_closing",
-                 "closed", "_wants_write", "number", "counters", "bytes_sent", "_last_active")
+                 "closed", "_wants_write", "number", "counters", "bytes_sent", "_last_active", "handlers")
 
     def __init__(self, sock: socket.socket, peer, max_frame_bytes: int, number: int, counters, scratch: bytearray,
-                 now: float):
+                 now: float, handlers=None):
         self.sock = sock
         self.fd = sock.fileno()
         self.peer = peer
@@ -83,6 +83,7 @@ class Connection:
         self.counters = counters  # the acceptor's CounterTable row (bytes sent)
         self.bytes_sent = 0
         self._last_active = now  # time.monotonic() of the last byte received or sent
+        self.handlers = handlers  # its protocol's request handlers (``handle(connection, frame)``)
 
     def __repr__(self) -> str:
         return f"connection #{self.number} from {self.peer}"

@@ -61,7 +61,7 @@ class RequestHandlers:
         self._creating = {}  # topic -> time.monotonic() it was asked for
         self.replicated = {}  # replicated topic -> partition count (the registrar's, via the supervisor)
         # Until the first ``roles`` message (a broker just started, with ZooKeeper), which
-        # topics are replicated is not known: see ``_roles_unknown_for``.
+        # topics are replicated is not known: see ``roles_unknown_for``.
         self.roles_known = not config.enable_zookeeper
         self._replica = replica_requests
         self._counters = counters  # the acceptor's CounterTable row
@@ -120,11 +120,11 @@ class RequestHandlers:
         self._routes = {key: route for key, route in self._routes.items()
                         if key[0].decode("ascii") not in topics}
 
-    def _partition_count(self, topic: str) -> int:
+    def partition_count(self, topic: str) -> int:
         count = self.replicated.get(topic)
         return self.config.partitions_for(topic) if count is None else count
 
-    def _target(self, topic: str, partition: int):
+    def target(self, topic: str, partition: int):
         """``(topic bytes, partition, route)`` or raise InvalidTopicError / ValueError /
         NotLeaderError (a replicated partition this broker does not lead now)."""
         topic_bytes = self._topics.get(topic)
@@ -132,9 +132,9 @@ class RequestHandlers:
             topic_bytes = check_topic(topic).encode("ascii")
             if len(self._topics) < 100_000:
                 self._topics[topic] = topic_bytes
-        if self._roles_unknown_for(topic):
+        if self.roles_unknown_for(topic):
             raise NotLeaderError(f"topic {topic!r} has leader epochs and this broker has not read its roles yet")
-        count = self._partition_count(topic)
+        count = self.partition_count(topic)
         if partition == RANDOM_PARTITION:
             partition = random.randrange(count)
         elif not 0 <= partition < count:
@@ -152,7 +152,7 @@ class RequestHandlers:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
 
-    def _roles_unknown_for(self, topic: str) -> bool:
+    def roles_unknown_for(self, topic: str) -> bool:
         """Before the registrar's first ``roles`` (a broker just started, with ZooKeeper),
         which topics are replicated is not known. A topic with leader epochs on disk
         in any partition was replicated: until the roles come it is served as a
@@ -179,7 +179,7 @@ class RequestHandlers:
 
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:
         try:
-            topic_bytes, partition, route = self._target(topic, partition)
+            topic_bytes, partition, route = self.target(topic, partition)
         except (InvalidTopicError, ValueError, NotLeaderError) as exc:
             self._close(connection, f"bad produce request: {exc}")
             return
@@ -189,7 +189,7 @@ class RequestHandlers:
         targets = []
         for produce in produces:  # check every target before routing any
             try:
-                targets.append((self._target(produce.topic, produce.partition), produce.message_set))
+                targets.append((self.target(produce.topic, produce.partition), produce.message_set))
             except (InvalidTopicError, ValueError, NotLeaderError) as exc:
                 self._close(connection, f"bad multiproduce request: {exc}")
                 return
@@ -199,7 +199,7 @@ class RequestHandlers:
     def _produce_acked(self, connection, request) -> None:
         response = connection.reserve()
         try:
-            topic_bytes, partition, route = self._target(request.topic, request.partition)
+            topic_bytes, partition, route = self.target(request.topic, request.partition)
         except InvalidTopicError as exc:
             log.info("%r: %s", connection, exc)
             response.fill([responses.produce_ack_response(ErrorCode.INVALID_TOPIC, request.partition, -1, -1)])
@@ -217,9 +217,9 @@ class RequestHandlers:
 
     def _read_range(self, topic: str, partition: int, offset: int, max_size: int):
         """``(error, FileRange or None)`` for one fetch."""
-        if self._roles_unknown_for(topic):
+        if self.roles_unknown_for(topic):
             return ErrorCode.NOT_LEADER, None
-        if not 0 <= partition < self._partition_count(topic):
+        if not 0 <= partition < self.partition_count(topic):
             return ErrorCode.WRONG_PARTITION, None
         if topic in self.replicated and self._files.role(topic, partition) != Role.LEADER:
             return ErrorCode.NOT_LEADER, None  # (also while a respawned worker has not had its roles yet)
@@ -253,9 +253,9 @@ class RequestHandlers:
         return parts
 
     def _offsets(self, request) -> bytes:
-        if self._roles_unknown_for(request.topic):
+        if self.roles_unknown_for(request.topic):
             return responses.offsets_response(ErrorCode.NOT_LEADER, [])
-        if not 0 <= request.partition < self._partition_count(request.topic):
+        if not 0 <= request.partition < self.partition_count(request.topic):
             return responses.offsets_response(ErrorCode.WRONG_PARTITION, [])
         if request.topic in self.replicated and self._files.role(request.topic, request.partition) != Role.LEADER:
             return responses.offsets_response(ErrorCode.NOT_LEADER, [])

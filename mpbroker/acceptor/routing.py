@@ -28,13 +28,24 @@ the router is done. A fire-and-forget produce that cannot be queued raises
 import collections
 import logging
 
+from mpbroker.acceptor.connection import Response
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode
 from mpbroker.ipc import messages
-from mpbroker.ipc.messages import Mode
+from mpbroker.ipc.messages import MODE_MASK, Mode
 from mpbroker.ipc.ring import Ring
 
 log = logging.getLogger(__name__)
+
+
+def answer(response, error: int, partition: int, offset: int, next_offset: int, reason: str) -> None:
+    """Give an acknowledged produce its answer: a 0.7 ``Response`` gets the PRODUCE_ACKED
+    bytes; anything else (a modern produce's part, ``acceptor.kafka.produce``) is told
+    through its ``ack`` (the error as the ring carries it: ``messages.KAFKA_ERROR_BASE``)."""
+    if response.__class__ is Response:
+        response.fill([responses.produce_ack_response(error, partition, offset, next_offset)])
+    else:
+        response.ack(error, partition, offset, next_offset, reason)
 
 
 class ProduceRefused(Exception):
@@ -87,11 +98,11 @@ class Router:
         if not route.up:
             if response is None:
                 raise ProduceRefused(f"worker {route.slot} is restarting")
-            response.fill([responses.produce_ack_response(ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1)])
+            answer(response, ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1, "")
             return
         self._next_id += 1
         request_id = self._next_id
-        if mode == Mode.FIRE_AND_FORGET:
+        if mode & MODE_MASK == Mode.FIRE_AND_FORGET:
             route.fire_and_forget[request_id] = connection
         else:
             route.acked[request_id] = (connection, response, partition)
@@ -201,7 +212,10 @@ class Router:
         if pending is None:
             return  # meant for a previous acceptor, or its connection is gone
         connection, response, _ = pending
-        response.fill([responses.produce_ack_response(error, partition, offset, next_offset)])
+        if response.__class__ is Response:
+            response.fill([responses.produce_ack_response(error, partition, offset, next_offset)])
+        else:
+            response.ack(error, partition, offset, next_offset, reason)
         ready.append(connection)
 
     @staticmethod
@@ -223,7 +237,7 @@ class Router:
         acked, route.acked = route.acked, {}
         for connection, response, partition in acked.values():
             if not connection.closed:
-                response.fill([responses.produce_ack_response(ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1)])
+                answer(response, ErrorCode.PARTITION_UNAVAILABLE, partition, -1, -1, "worker died")
                 outcome.ready.append(connection)
         closing = set(route.fire_and_forget.values())
         route.fire_and_forget.clear()

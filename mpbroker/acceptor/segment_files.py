@@ -66,7 +66,8 @@ class SegmentFile:
 
 
 class _PartitionView:
-    __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state", "epochs")
+    __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state", "epochs", "record_batches",
+                 "boundaries")
 
     def __init__(self, table, index: int, directory: str):
         self.table = table
@@ -77,6 +78,8 @@ class _PartitionView:
         self.files = {}
         self.last_state = None  # the last consistent read: used while the entry is torn
         self.epochs = None  # (leader epoch, LeaderEpochs read while it was current)
+        self.record_batches = None  # whether the log holds record batches (its format file; read once)
+        self.boundaries = {}  # segment base -> known batch or message starts in it (modern reads)
 
     def refresh(self, state) -> None:
         """Re-list the segment files if the worker changed the segment list. A cached
@@ -140,6 +143,20 @@ class SegmentFiles:
         """Index the partitions every worker has published since last asked."""
         for slot in range(len(self._tables)):
             self._index(slot)
+
+    def partition_view(self, topic: str, partition: int):
+        """The partition's view (None if no worker has its log): for the modern reads."""
+        return self._view(topic, partition)
+
+    def partition_state(self, view):
+        """The view's published state, its segment list brought up to date (may raise
+        TornEntryError)."""
+        return self._state(view)
+
+    def topics(self) -> set:
+        """Every topic some worker has a log of."""
+        self._index_all()
+        return set(self._topics)
 
     def knows_topic(self, topic: str) -> bool:
         """Whether any worker has a log of ``topic``."""

@@ -82,6 +82,11 @@ class BrokerConfig:
     brokerid: int
     hostname: str
     port: int
+    kafka_port: int
+    advertised_host_name: str
+    advertised_port: int
+    auto_create_topics_enable: bool
+    message_timestamp_type: str
     log_dir: str
     num_partitions: int
     topic_partition_count_map: dict[str, int]

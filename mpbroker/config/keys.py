@@ -51,6 +51,22 @@ KEYS = (
     Key("brokerid", "int", "0", "unique id of this broker in the cluster", minimum=0),
     Key("hostname", "str", "", "host the broker binds to and registers; empty means all interfaces"),
     Key("port", "int", "9092", "TCP port of the Kafka 0.7 protocol; 0 picks a free port", minimum=0, maximum=65535),
+    Key("kafka.port", "int", "9093",
+        "TCP port of the modern Kafka protocol (today's clients: librdkafka and kcat, the Java clients, "
+        "kafka-python, aiokafka, kafkajs); 0 picks a free port; -1 turns that listener off",
+        minimum=0, maximum=65535, also_allowed=-1),
+    Key("advertised.host.name", "str", "",
+        "host modern clients are told to connect to (Metadata); empty: hostname, or 127.0.0.1 when hostname is "
+        "empty too (set it to a name clients on other machines can reach)"),
+    Key("advertised.port", "int", "-1",
+        "port modern clients are told to connect to (Metadata), where a proxy or NAT maps kafka.port to another; "
+        "-1: the kafka.port listened on", minimum=1, maximum=65535, also_allowed=-1),
+    Key("auto.create.topics.enable", "bool", "true",
+        "a modern client's Metadata or Produce for a topic that does not exist creates it (num.partitions "
+        "partitions), as in Kafka"),
+    Key("message.timestamp.type", "str", "CreateTime",
+        "timestamps of records written by modern producers: CreateTime keeps the producer's, LogAppendTime sets "
+        "the broker's time at append (either spelled in any case)", choices=("CREATETIME", "LOGAPPENDTIME")),
     Key("log.dir", "str", "/tmp/kafka-logs", "directory holding every partition log", non_empty=True),
     Key("num.partitions", "int", "1", "partitions of a topic not in topic.partition.count.map", minimum=1),
     Key("topic.partition.count.map", "map", "", "per-topic partition counts, e.g. clicks:8,views:16", minimum=1),

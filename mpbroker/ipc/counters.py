@@ -27,6 +27,13 @@ BYTES_SENT = 8  # from buffers and from segment files (sendfile)
 CONNECTIONS_ACCEPTED = 9
 CONNECTIONS_REFUSED = 10  # max.connections reached, or out of file descriptors
 CONNECTIONS_OPEN = 11  # a gauge: the acceptor stores its current number
+# The modern listener: requests per API (by key: 0 Produce, 1 Fetch, 2 ListOffsets, 3 Metadata,
+# 18 ApiVersions, 19 CreateTopics, 20 DeleteTopics, 22 InitProducerId, 32 DescribeConfigs).
+MODERN_API_KEYS = (0, 1, 2, 3, 18, 19, 20, 22, 32)
+KAFKA_REQUESTS = 12  # KAFKA_REQUESTS + index in MODERN_API_KEYS: modern requests of that API
+KAFKA_CONNECTIONS_ACCEPTED = KAFKA_REQUESTS + len(MODERN_API_KEYS)
+
+assert KAFKA_CONNECTIONS_ACCEPTED < ROW_WORDS
 
 # --- a worker's row -------------------------------------------------------------------
 FLUSHES = 0

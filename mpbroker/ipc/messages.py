@@ -40,6 +40,15 @@ class Mode(IntEnum):
     ACK_REPLICATED = 3  # durability 2: once every in-sync replica has the set
 
 
+# A flag beside the mode in an entry's mode byte: the bytes are modern record batches
+# (magic 2) for a partition log in the record-batch format, not a 0.7 message set.
+RECORD_BATCHES = 0x10
+MODE_MASK = 0x0F
+# An ACK's error is a 0.7 code (``codec.errors.ErrorCode``), or, for a refused record
+# batch, the modern protocol's code plus this (the two numberings overlap).
+KAFKA_ERROR_BASE = 1000
+
+
 # bytes after this header (topic + set), request id, partition, topic length, mode
 ENTRY_HEADER = struct.Struct("<IQiHB")
 # request id, partition, topic length, mode, total set size, fragment offset

@@ -22,6 +22,9 @@ from mpbroker import __version__
 from mpbroker.ipc import counters as c
 from mpbroker.ipc.partition_table import Role, published_partitions
 from mpbroker.ipc.slot_table import SlotState
+from mpbroker.kafka_protocol.api import ApiKey
+
+_MODERN_API_NAMES = {int(key): key.name.lower() for key in ApiKey}
 
 
 class BrokerCollector:
@@ -81,6 +84,11 @@ class BrokerCollector:
         for index, kind in enumerate(c.REQUEST_KINDS):
             requests.add_metric([kind], row[c.REQUESTS + index])
         yield requests
+        modern = CounterMetricFamily("mpbroker_kafka_requests", "modern Kafka protocol requests received (kafka.port), "
+                                     "by API", labels=["api"])
+        for index, key in enumerate(c.MODERN_API_KEYS):
+            modern.add_metric([_MODERN_API_NAMES[key]], row[c.KAFKA_REQUESTS + index])
+        yield modern
         for name, index, documentation in (
                 ("mpbroker_malformed_requests", c.MALFORMED_REQUESTS, "requests refused as malformed"),
                 ("mpbroker_received_bytes", c.BYTES_RECEIVED, "bytes received from clients"),

@@ -33,6 +33,7 @@ from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.log_view import FileRange, locate
 from mpbroker.segments.naming import partition_path
 from mpbroker.segments.offsets import offsets_before
+from mpbroker.segments.record_format import holds_record_batches, mark_record_batches
 from mpbroker.segments.recovery import open_segments
 from mpbroker.segments.segment import Segment
 
@@ -81,6 +82,7 @@ class Log:
         self.segments_version = 0  # bumped whenever the segment list changes
         self.failure = None  # why this log takes no more appends (its files were removed)
         self.recovery_scanned = 0  # bytes recovery read when the log was opened
+        self.record_batches = False  # holds modern record batches, not 0.7 messages (record_format)
         self._epochs = LeaderEpochs(directory) if leader_epochs is None else leader_epochs
         self._epochs_unsaved = False  # a write of the epochs failed: the file may not hold them
         self._flushes_in_flight = 0  # begun, not finished: no truncation meanwhile
@@ -88,8 +90,9 @@ class Log:
     @classmethod
     def open(cls, log_dir: str, topic: str, partition: int, config: LogConfig, *,
              recover: bool, recovery_point: int | None = None, clock_ms=wall_clock_ms,
-             timer_ms=monotonic_ms) -> "Log":
-        """Open (creating if needed) the log of ``topic``/``partition`` under ``log_dir``.
+             timer_ms=monotonic_ms, record_batches: bool = False) -> "Log":
+        """Open (creating if needed) the log of ``topic``/``partition`` under ``log_dir``;
+        a new one holds record batches if ``record_batches`` (``record_format``).
         With ``recover``, repair what lies past ``recovery_point`` (see ``recovery``); the
         recovered segments count as unflushed until the next flush covers them."""
         topic = check_topic(topic)
@@ -107,8 +110,12 @@ class Log:
         try:
             # A damaged epoch file is refused before recovery changes anything.
             epochs = LeaderEpochs(directory) if created else LeaderEpochs.load(directory)
+            if created and record_batches:
+                mark_record_batches(directory)
+            record_batches = holds_record_batches(directory)
             segments, scanned = ([], 0) if created else open_segments(directory, recover=recover,
-                                                                         recovery_point=recovery_point)
+                                                                         recovery_point=recovery_point,
+                                                                         record_batches=record_batches)
             first_segment_made = not segments
             if first_segment_made:
                 segments = [Segment.create(directory, 0, clock_ms())]
@@ -118,6 +125,7 @@ class Log:
             raise
         instance = cls(topic, partition, directory, config, segments, clock_ms, timer_ms, epochs)
         instance.recovery_scanned = scanned
+        instance.record_batches = record_batches
         instance._fit_epochs_to_log()
         if created:
             instance.recovery_point = 0

@@ -67,10 +67,12 @@ class LogManager:
             partition_log.apply_retention(now)
         return opened
 
-    def _open(self, topic: str, partition: int, *, recover: bool, recovery_point: int | None = None) -> Log:
+    def _open(self, topic: str, partition: int, *, recover: bool, recovery_point: int | None = None,
+              record_batches: bool = False) -> Log:
         partition_log = Log.open(
             self.log_dir, topic, partition, self._config_for(topic), recover=recover,
             recovery_point=recovery_point, clock_ms=self._clock_ms, timer_ms=self._timer_ms,
+            record_batches=record_batches,
         )
         self._logs[(topic, partition)] = partition_log
         return partition_log
@@ -78,15 +80,16 @@ class LogManager:
     def get(self, topic: str, partition: int):
         return self._logs.get((topic, partition))
 
-    def get_or_create(self, topic: str, partition: int) -> Log:
-        """The log of a partition this owner serves, created empty on first use."""
+    def get_or_create(self, topic: str, partition: int, record_batches: bool = False) -> Log:
+        """The log of a partition this owner serves, created empty on first use (holding
+        record batches if ``record_batches``; an existing log keeps its format)."""
         found = self._logs.get((topic, partition))
         if found is not None:
             return found
         topic = check_topic(topic)
         if not self._owns(topic, partition):
             raise ValueError(f"partition {topic}-{partition} is not owned here")
-        return self._open(topic, partition, recover=False)
+        return self._open(topic, partition, recover=False, record_batches=record_batches)
 
     def logs(self):
         return self._logs.values()

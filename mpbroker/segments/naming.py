@@ -13,6 +13,9 @@ from mpbroker.codec.topic_names import check_topic
 
 SEGMENT_SUFFIX = ".kafka"
 LEADER_EPOCH_FILE = "leader-epoch-checkpoint"  # a replicated partition's epochs (leader_epochs)
+# Present in the directory of a partition whose log holds modern record batches (magic 2)
+# instead of 0.7 messages; written before its first segment, never removed.
+RECORD_BATCHES_FILE = "record-batches"
 _SEGMENT_RE = re.compile(r"(\d{20})\.kafka\Z")
 _PARTITION_DIR_RE = re.compile(r"([A-Za-z0-9._-]{1,249})-(\d{1,10})\Z")
 

@@ -32,17 +32,23 @@ import mmap
 import os
 
 from mpbroker.codec.errors import LogCorruptError, StorageError
-from mpbroker.codec.message_set import validate_message_set
-from mpbroker.segments.naming import LEADER_EPOCH_FILE, SEGMENT_SUFFIX, parse_segment_file_name, segment_file_name
+from mpbroker.segments.naming import (
+    LEADER_EPOCH_FILE,
+    RECORD_BATCHES_FILE,
+    SEGMENT_SUFFIX,
+    parse_segment_file_name,
+    segment_file_name,
+)
+from mpbroker.segments.record_format import valid_prefix
 from mpbroker.segments.segment import Segment
 
 log = logging.getLogger(__name__)
 
-_UNLIMITED = 1 << 62
 _REMEDY = "Nothing was changed; restore the missing file or move the odd one out of the directory, then start again."
 
 
-def open_segments(directory: str, recover: bool, recovery_point: int | None = None) -> tuple:
+def open_segments(directory: str, recover: bool, recovery_point: int | None = None,
+                  record_batches: bool = False) -> tuple:
     """Open every segment of ``directory`` in base order; with ``recover``, repair what
     lies past ``recovery_point`` (None: not known, scan the last segment only). Returns
     ``(segments, bytes scanned)``."""
@@ -57,7 +63,7 @@ def open_segments(directory: str, recover: bool, recovery_point: int | None = No
             if recovery_point is None or not _plausible(directory, segments, recovery_point):
                 recovery_point = segments[-1].base  # not known: everything before the last segment is trusted
             scanned = segments[-1].end - max(recovery_point, segments[0].base)
-            segments = recover_from(directory, segments, recovery_point)
+            segments = recover_from(directory, segments, recovery_point, record_batches)
     except BaseException:
         for segment in segments:
             segment.close()
@@ -75,7 +81,7 @@ def _plausible(directory: str, segments: list, recovery_point: int) -> bool:
     return False
 
 
-def recover_from(directory: str, segments: list, recovery_point: int) -> list:
+def recover_from(directory: str, segments: list, recovery_point: int, record_batches: bool = False) -> list:
     """Check everything from ``recovery_point`` on and end the log at the first bad
     byte; return the segments that remain. Below the recovery point a gap is damage
     and refused; above it, only unflushed data was lost."""
@@ -94,7 +100,7 @@ def recover_from(directory: str, segments: list, recovery_point: int) -> list:
         if segment.base != expected:
             break  # a gap: the rest was written after the last flush and partly lost
         start = point - segment.base if index == first else 0
-        valid = start + valid_prefix_length(segment, start)
+        valid = start + valid_prefix_length(segment, start, record_batches)
         kept = index + 1
         if valid < segment.size:
             _truncate(segment, valid)
@@ -119,7 +125,7 @@ def segment_bases(directory: str) -> list:
         base = parse_segment_file_name(name)
         if base is not None:
             bases.append(base)
-        elif name in (LEADER_EPOCH_FILE, LEADER_EPOCH_FILE + ".tmp"):
+        elif name in (LEADER_EPOCH_FILE, LEADER_EPOCH_FILE + ".tmp", RECORD_BATCHES_FILE):
             continue  # the leader epochs of a replicated partition (leader_epochs)
         elif name.endswith(SEGMENT_SUFFIX):
             raise LogCorruptError(
@@ -161,16 +167,15 @@ def _describe_gap(previous: Segment, following: Segment) -> str:
             f"({segment_file_name(previous.end)} would)")
 
 
-def valid_prefix_length(segment: Segment, start: int = 0) -> int:
-    """How many bytes of ``segment`` from position ``start`` (a message boundary) on
-    are whole, CRC-valid messages."""
+def valid_prefix_length(segment: Segment, start: int = 0, record_batches: bool = False) -> int:
+    """How many bytes of ``segment`` from position ``start`` (a message or batch
+    boundary) on are whole, CRC-valid messages (or record batches)."""
     if segment.size <= start:
         return 0
     with mmap.mmap(segment.fd, segment.size, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)[start:]
         try:
-            # Shallow: a wrapper's CRC covers its compressed bytes, which is what can tear.
-            return validate_message_set(view, _UNLIMITED, deep=False).valid_bytes
+            return valid_prefix(view, record_batches)
         finally:
             view.release()
 

@@ -25,7 +25,7 @@ def run_acceptor(supervisor, child) -> int:
     memory = supervisor.memory
     acceptor = Acceptor(supervisor.config, supervisor.listener, memory.request_rings, memory.answer_rings,
                         memory.tables, memory.slots, child.slot, child.child_channel, child.restarts,
-                        memory.counters.row(child.slot))
+                        memory.counters.row(child.slot), kafka_listener=supervisor.kafka_listener)
     return acceptor.run()
 
 

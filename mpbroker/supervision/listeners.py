@@ -1,7 +1,7 @@
 """The listening sockets, made by the supervisor before it forks so that a respawned
 acceptor (or metrics exporter) keeps the port and its backlog: the broker's port, bound
-here or passed by systemd (socket activation, ``ops/mpbroker.socket``), and the metrics
-port. A port that cannot be had stops the start with a ``StartupError``."""
+here or passed by systemd (socket activation, ``ops/mpbroker.socket``), the modern Kafka
+protocol's port (``kafka.port``) and the metrics port. A port that cannot be had stops the start with a ``StartupError``."""
 
 import logging
 import os
@@ -20,6 +20,13 @@ def broker_listener(config) -> socket.socket:
     if systemd.listen_fds():
         return _socket_from_systemd(config.port)
     return bind(config.hostname, config.port, "port")
+
+
+def kafka_listener(config):
+    """The modern protocol's socket on ``hostname:kafka.port``, or None (``kafka.port=-1``)."""
+    if config.kafka_port < 0:
+        return None
+    return bind(config.hostname, config.kafka_port, "kafka.port")
 
 
 def metrics_listener(config) -> socket.socket:

@@ -95,7 +95,7 @@ def broker_status(supervisor) -> dict:
                for child in supervisor.workers]
     registrar, metrics = supervisor.registrar, supervisor.metrics
     return {
-        "ok": True, "pid": supervisor.pid, "brokerid": config.brokerid, "port": supervisor.port,
+        "ok": True, "pid": supervisor.pid, "brokerid": config.brokerid, "port": supervisor.port, "kafka_port": supervisor.kafka_port,
         "phase": supervisor.phase, "ready": supervisor.ready,
         "uptime_s": round(time.monotonic() - supervisor.started_at, 1),
         "log_dir": config.log_dir, "scheduling": supervisor.scheduling, "workers": workers,

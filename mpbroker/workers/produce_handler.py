@@ -14,12 +14,16 @@ failure is logged once per partition, not once per request, until appends work a
 
 import logging
 
+from mpbroker.clock import wall_clock_ms
 from mpbroker.codec.errors import ErrorCode, LogCorruptError, MPBrokerError
 from mpbroker.codec.message_set import count_plain_messages, validate_message_set
 from mpbroker.ipc import messages
-from mpbroker.ipc.messages import Mode
+from mpbroker.ipc.messages import KAFKA_ERROR_BASE, MODE_MASK, RECORD_BATCHES, Mode
 from mpbroker.ipc.partition_table import TableFullError
+from mpbroker.kafka_protocol.errors import UNSUPPORTED_FOR_MESSAGE_FORMAT
+from mpbroker.records.errors import RecordBatchError
 from mpbroker.throttled_log import ThrottledLog
+from mpbroker.workers import record_batches
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +32,19 @@ _ACK_ON_APPEND = (Mode.ACK_APPEND, Mode.ACK_REPLICATED)
 
 
 class _Produce:
-    __slots__ = ("request_id", "topic", "partition", "mode", "data", "messages")
+    __slots__ = ("request_id", "topic", "partition", "mode", "data", "messages", "record_batches", "batches",
+                 "first_offset")
 
     def __init__(self, request_id, topic, partition, mode, data):
         self.request_id = request_id
         self.topic = topic
         self.partition = partition
-        self.mode = mode
+        self.mode = mode & MODE_MASK
+        self.record_batches = bool(mode & RECORD_BATCHES)  # modern record batches, not 0.7 messages
         self.data = data
         self.messages = 0
+        self.batches = ()  # a modern produce's BatchInfo, once validated
+        self.first_offset = -1  # ... and its first record's offset, once appended
 
 
 class ProduceHandler:
@@ -96,6 +104,15 @@ class ProduceHandler:
         return _Produce(first.request_id, first.topic, first.partition, first.mode, bytes(buffer))
 
     def _validate(self, produce) -> bool:
+        if produce.record_batches:
+            try:
+                produce.data, produce.batches = record_batches.checked(produce.data, self.config)
+            except RecordBatchError as exc:
+                self._fail(produce, KAFKA_ERROR_BASE + exc.code, f"refused produce to {produce.topic}-"
+                                                                  f"{produce.partition}: {exc.message}")
+                return False
+            produce.messages = sum(batch.records for batch in produce.batches)
+            return True
         count = count_plain_messages(produce.data, self.config.max_message_size)
         if count is not None:  # plain messages, all valid: the usual case, in one C call
             produce.messages = count
@@ -117,6 +134,7 @@ class ProduceHandler:
         self._refuse(produce, code, reason)
 
     def _refuse(self, produce, code: int, reason: str) -> None:
+        """Refuse ``produce`` with ``code``: a 0.7 code, or KAFKA_ERROR_BASE + a modern one."""
         if produce.mode == Mode.FIRE_AND_FORGET:
             self._answer(messages.KIND_CLOSE, messages.encode_close(produce.request_id, reason))
         else:
@@ -129,16 +147,21 @@ class ProduceHandler:
             group = self._admitted(replica, group)
             if not group:
                 return
-        data = [produce.data for produce in group if produce.data]
-        total_messages = sum(produce.messages for produce in group)
         partition_log = self._logs.get(topic, partition)
         try:
             if partition_log is None:  # an empty set creates it too, as in 0.7: how a client creates a topic
-                partition_log = self._logs.get_or_create(topic, partition)
+                partition_log = self._logs.get_or_create(topic, partition, group[0].record_batches)
                 self._publisher.add(partition_log)
         except (MPBrokerError, TableFullError, OSError) as exc:  # a log that cannot be opened or created
             self._fail_group(topic, partition, group, exc)
             return
+        group = self._of_the_log_format(partition_log, group)
+        if not group:
+            return
+        if partition_log.record_batches:
+            self._stamp(partition_log, group)
+        data = [produce.data for produce in group if produce.data]
+        total_messages = sum(produce.messages for produce in group)
         try:
             offset = partition_log.append_many(data, total_messages) if data else partition_log.log_end
         except LogCorruptError:
@@ -152,11 +175,13 @@ class ProduceHandler:
         for produce in group:
             next_offset = offset + len(produce.data)
             if replica is not None and produce.mode == Mode.ACK_REPLICATED:
-                self._replication.wait_for_replicas(replica, produce.request_id, produce.partition, offset,
-                                                    next_offset)
+                self._replication.wait_for_replicas(
+                    replica, produce.request_id, produce.partition,
+                    offset if produce.first_offset < 0 else produce.first_offset, next_offset)
             elif produce.mode in _ACK_ON_APPEND or (produce.mode == Mode.ACK_FLUSH
                                                     and next_offset <= partition_log.flushed_end):
-                self._acknowledge(produce, offset, next_offset)  # (an empty set with nothing unflushed)
+                # (an empty set with nothing unflushed); a modern produce is told its first record's offset
+                self._acknowledge(produce, offset if produce.first_offset < 0 else produce.first_offset, next_offset)
             elif produce.mode == Mode.ACK_FLUSH:
                 self._flush_waiters.setdefault(partition_log, []).append(
                     (next_offset, produce.request_id, produce.partition, offset))
@@ -166,6 +191,32 @@ class ProduceHandler:
         if replica is not None:
             self._replication.appended(replica)  # may answer durability 2 at once (an ISR of one)
         self._publisher.publish(partition_log)
+
+    def _of_the_log_format(self, partition_log, group: list) -> list:
+        """The produces of ``group`` in the format of the log; the others are refused
+        (a log holds 0.7 messages or record batches, never both: ``record_format``)."""
+        kept = []
+        for produce in group:
+            if produce.record_batches == partition_log.record_batches:
+                kept.append(produce)
+            elif produce.record_batches:
+                self._refuse(produce, KAFKA_ERROR_BASE + UNSUPPORTED_FOR_MESSAGE_FORMAT,
+                             f"{produce.topic}-{produce.partition} holds 0.7 messages: it takes no record batches")
+            else:
+                self._fail(produce, ErrorCode.INVALID_MESSAGE,
+                           f"refused 0.7 produce to {produce.topic}-{produce.partition}: it holds record batches "
+                           f"(written by modern clients)")
+        return kept
+
+    def _stamp(self, partition_log, group: list) -> None:
+        """Write each batch's offsets (and LogAppendTime) for where it will be appended."""
+        append_time = wall_clock_ms() if self.config.message_timestamp_type == "LOGAPPENDTIME" else None
+        position = partition_log.log_end
+        for produce in group:
+            if produce.data:
+                produce.data, produce.first_offset = record_batches.stamped(produce.data, produce.batches, position,
+                                                                            append_time)
+                position += len(produce.data)
 
     def _admitted(self, replica, group: list) -> list:
         """The produces of ``group`` the replicated partition takes now; the others are

@@ -1,0 +1,93 @@
+"""What the acceptor does with each modern Kafka request: the dispatch by API key and
+version, ApiVersions, and the protocol's own answer for what is not served.
+
+A request's header is read first. ApiVersions is answered in any version (an unknown
+one with error 35 in v0 form and the versions served, KIP-511, so a newer client
+falls back). A request of a known API in a version it does not serve gets that
+API's answer with UNSUPPORTED_VERSION where the answer has a place for it (Produce
+0-2, advertised for old librdkafka's sake). A request whose API this broker does not
+know cannot be answered in its own form: its connection is closed with one log line,
+as Kafka does. Bytes that do not decode as the request they claim to be close the
+connection the same way (``MalformedRequestError``).
+"""
+
+import logging
+
+from kafka.protocol.metadata import ApiVersionsResponse
+
+from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.acceptor.kafka.fetch import FetchHandler
+from mpbroker.acceptor.kafka.list_offsets import list_offsets
+from mpbroker.acceptor.kafka.metadata import MetadataHandler
+from mpbroker.acceptor.kafka.produce import ProduceHandler
+from mpbroker.acceptor.kafka.reads import ModernReads
+from mpbroker.codec.framing import MalformedRequestError
+from mpbroker.ipc.counters import KAFKA_REQUESTS, MODERN_API_KEYS
+from mpbroker.kafka_protocol import api, header, messages
+from mpbroker.kafka_protocol.api import SUPPORTED, ApiKey
+from mpbroker.kafka_protocol.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+_API_VERSIONS = [ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=versions.advertised_min,
+                                                max_version=versions.advertised_max)
+                 for key, versions in sorted(SUPPORTED.items())]
+_COUNTER_BY_KEY = {key: KAFKA_REQUESTS + index for index, key in enumerate(MODERN_API_KEYS)}
+
+
+class KafkaRequestHandlers:
+    """``handle(connection, frame)`` for the connections of ``kafka.port``."""
+
+    def __init__(self, config, segment_files, router, legacy_handlers, timers, counters, to_send,
+                 listening_port: int):
+        self.config = config
+        self._counters = counters
+        self.reads = ModernReads(segment_files, config)
+        self.metadata = MetadataHandler(config, segment_files, router, legacy_handlers, listening_port)
+        self.produce = ProduceHandler(config, router, legacy_handlers, self.metadata)
+        self.fetch = FetchHandler(config, self.reads, legacy_handlers, timers, to_send)
+        self._legacy = legacy_handlers
+
+    def handle(self, connection, frame) -> None:
+        peeked = header.peek_correlation(frame)
+        if peeked is None:
+            raise MalformedRequestError(f"a request of {len(frame)} bytes is shorter than its header")
+        api_key, version, correlation_id = peeked
+        versions = SUPPORTED.get(api_key)
+        if versions is None:
+            raise MalformedRequestError(f"unknown API key {api_key} (version {version}): not served here")
+        self._counters[_COUNTER_BY_KEY[api_key]] += 1
+        if api_key == ApiKey.API_VERSIONS:
+            self._api_versions(connection, frame, version, correlation_id)
+            return
+        if not versions.advertised(version):
+            raise MalformedRequestError(f"{ApiKey(api_key).name} v{version} is outside the versions advertised "
+                                        f"({versions.advertised_min}-{versions.advertised_max})")
+        flexible = api.flexible(api_key, version)
+        request_header = header.decode_request_header(frame, flexible)
+        body = messages.decode_body(api_key, version, memoryview(frame)[request_header.body_start:])
+        if not versions.served(version):  # advertised, not served: Produce 0-2
+            self.produce.refuse_version(connection, request_header, body)
+        elif api_key == ApiKey.PRODUCE:
+            self.produce.handle(connection, request_header, body)
+        elif api_key == ApiKey.FETCH:
+            self.fetch.handle(connection, request_header, body)
+        elif api_key == ApiKey.METADATA:
+            self.metadata.handle(connection, request_header, body)
+        elif api_key == ApiKey.LIST_OFFSETS:
+            list_offsets(connection, request_header, body, self.reads, self._legacy)
+
+    def _api_versions(self, connection, frame, version: int, correlation_id: int) -> None:
+        versions = SUPPORTED[ApiKey.API_VERSIONS]
+        if not versions.served(version):
+            answer = ApiVersionsResponse[0](error_code=KafkaError.UNSUPPORTED_VERSION, api_keys=_API_VERSIONS)
+            respond(connection, correlation_id, ApiKey.API_VERSIONS, 0, answer)
+            return
+        header.decode_request_header(frame, api.flexible(ApiKey.API_VERSIONS, version))  # well-formed or closed
+        answer = ApiVersionsResponse[version](error_code=KafkaError.NONE, api_keys=_API_VERSIONS, throttle_time_ms=0)
+        respond(connection, correlation_id, ApiKey.API_VERSIONS, version, answer)
+
+    def tick(self) -> None:
+        """Answer the long-polling fetches whose data came or whose time is up."""
+        self.fetch.check_waiting()
+

@@ -1,0 +1,115 @@
+"""Metadata: the brokers and the topics' partitions for modern clients, and topics
+created on first mention (``auto.create.topics.enable``, on by default as in Kafka).
+
+The broker lists itself at its advertised address (``advertised.host.name`` /
+``advertised.port``, else ``hostname`` and the port ``kafka.port`` listens on) and
+leads every partition of its unreplicated topics. A topic that does not exist is
+created when a client asks for it by name and may create topics (Metadata v4+ says
+so per request): each partition's owning worker is sent an empty produce of record
+batches, which creates the partition's log in the record-batch format (the same way
+a 0.7 client's empty produce creates a 0.7 topic); produces the client sends next
+are queued behind it on the same ring, so the partitions can be answered at once.
+Names that break the topic rule get INVALID_TOPIC_EXCEPTION, and nothing is created.
+"""
+
+import base64
+import hashlib
+import logging
+
+from kafka.protocol.metadata import MetadataResponse
+
+from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.codec.errors import InvalidTopicError, NotLeaderError
+from mpbroker.codec.topic_names import check_topic
+from mpbroker.ipc.messages import RECORD_BATCHES, Mode
+from mpbroker.kafka_protocol.api import ApiKey
+from mpbroker.kafka_protocol.errors import KafkaError
+
+log = logging.getLogger(__name__)
+
+_Broker = MetadataResponse.MetadataResponseBroker
+_Topic = MetadataResponse.MetadataResponseTopic
+_Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+MAX_TOPICS_CREATED_PER_REQUEST = 1000
+
+
+class MetadataHandler:
+    def __init__(self, config, segment_files, router, legacy_handlers, listening_port: int):
+        self.config = config
+        self._files = segment_files
+        self._router = router
+        self._legacy = legacy_handlers
+        self._port = listening_port
+        self.cluster_id = cluster_id_for(config)
+
+    @property
+    def advertised(self) -> tuple:
+        config = self.config
+        host = config.advertised_host_name or config.hostname or "127.0.0.1"
+        port = config.advertised_port if config.advertised_port > 0 else self._port
+        return host, port
+
+    def handle(self, connection, request_header, request) -> None:
+        version = request_header.api_version
+        names = None if request.topics is None else [topic.name for topic in request.topics]
+        if version == 0 and not names:
+            names = None  # v0: an empty list means every topic
+        may_create = self.config.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
+        if names is None:
+            topics = [self._topic(name, False, connection) for name in sorted(self._files.topics())]
+        else:
+            topics = [self._topic(name, may_create, connection) for name in dict.fromkeys(names)]
+        host, port = self.advertised
+        broker = self.config.brokerid
+        answer = MetadataResponse[version](
+            throttle_time_ms=0, brokers=[_Broker(node_id=broker, host=host, port=port, rack=None)],
+            cluster_id=self.cluster_id, controller_id=broker, topics=topics)
+        respond(connection, request_header.correlation_id, ApiKey.METADATA, version, answer)
+
+    def _topic(self, name, may_create: bool, connection):
+        try:
+            check_topic(name)
+        except (InvalidTopicError, TypeError) as exc:
+            log.info("%r: metadata for an invalid topic name: %s", connection, exc)
+            return _Topic(error_code=KafkaError.INVALID_TOPIC_EXCEPTION, name=name, is_internal=False, partitions=[])
+        if not self.topic_exists(name):
+            if not may_create:
+                return _Topic(error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
+                              partitions=[])
+            error = self.create(name, connection)
+            if error:
+                return _Topic(error_code=error, name=name, is_internal=False, partitions=[])
+        broker = self.config.brokerid
+        partitions = [_Partition(error_code=KafkaError.NONE, partition_index=index, leader_id=broker, leader_epoch=0,
+                                 replica_nodes=[broker], isr_nodes=[broker], offline_replicas=[])
+                      for index in range(self._legacy.partition_count(name))]
+        return _Topic(error_code=KafkaError.NONE, name=name, is_internal=False, partitions=partitions)
+
+    def topic_exists(self, name: str) -> bool:
+        return self._files.knows_topic(name) or name in self._legacy.replicated
+
+    def create(self, name: str, connection) -> int:
+        """Create ``name`` in the record-batch format on every partition's worker; the
+        error code to answer with (0 when it is on its way)."""
+        routes = []
+        for partition in range(self._legacy.partition_count(name)):
+            try:
+                routes.append(self._legacy.target(name, partition))
+            except InvalidTopicError:
+                return KafkaError.INVALID_TOPIC_EXCEPTION
+            except NotLeaderError:
+                return KafkaError.LEADER_NOT_AVAILABLE
+        for topic_bytes, partition, route in routes:
+            if not route.up:
+                return KafkaError.LEADER_NOT_AVAILABLE
+        for topic_bytes, partition, route in routes:
+            self._router.produce(connection, topic_bytes, partition, Mode.FIRE_AND_FORGET | RECORD_BATCHES, b"",
+                                 route)
+        log.info("creating topic %s with %d partitions (record batches) for %r", name, len(routes), connection)
+        return KafkaError.NONE
+
+
+def cluster_id_for(config) -> str:
+    """A stable 22-character cluster id (Kafka's form: a UUID in URL-safe base64)."""
+    seed = config.zk_connect if config.enable_zookeeper else f"{config.log_dir}:{config.brokerid}"
+    return base64.urlsafe_b64encode(hashlib.md5(seed.encode()).digest()).decode("ascii").rstrip("=")

@@ -1,0 +1,59 @@
+"""The APIs the modern listener speaks, with the versions it advertises and serves.
+
+The tier is coherent on purpose (all non-flexible except ApiVersions 3): every client
+we test with (librdkafka and kcat, kafka-python, aiokafka, kafkajs, the Java clients)
+finds what it insists on. Two ranges per API: what ApiVersions *advertises* and what
+is *served*. They differ only for Produce: old librdkafka (kcat 1.7) turns gzip and
+snappy on only when Produce 0 lies in the advertised range, so 0-2 are advertised and
+answered with UNSUPPORTED_VERSION (message formats 0 and 1 are not taken), as Kafka 4
+does. An API of the tier not built yet is not advertised at all.
+"""
+
+from enum import IntEnum
+from typing import NamedTuple
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
+
+
+class Versions(NamedTuple):
+    advertised_min: int
+    advertised_max: int
+    served_min: int
+    flexible_from: int  # first version with tagged fields (header v2); beyond what is served here
+
+    def served(self, version: int) -> bool:
+        return self.served_min <= version <= self.advertised_max
+
+    def advertised(self, version: int) -> bool:
+        return self.advertised_min <= version <= self.advertised_max
+
+
+SUPPORTED = {
+    ApiKey.PRODUCE: Versions(0, 8, 3, 9),
+    ApiKey.FETCH: Versions(4, 11, 4, 12),
+    ApiKey.LIST_OFFSETS: Versions(1, 5, 1, 6),
+    ApiKey.METADATA: Versions(0, 8, 0, 9),
+    ApiKey.API_VERSIONS: Versions(0, 3, 0, 3),
+}
+
+
+def flexible(api_key: int, version: int) -> bool:
+    """Whether this request and its response use tagged fields (header v2 / v1)."""
+    versions = SUPPORTED.get(api_key)
+    return versions is not None and version >= versions.flexible_from
+
+
+def response_header_flexible(api_key: int, version: int) -> bool:
+    """ApiVersions answers with response header v0 whatever its version (KIP-511):
+    a client that sent a version the broker does not know must still read it."""
+    return api_key != ApiKey.API_VERSIONS and flexible(api_key, version)

@@ -1,0 +1,47 @@
+"""Request and response bodies of the cold-path APIs, through kafka-python's message
+classes.
+
+kafka-python 3 generates its request and response classes from Kafka's own JSON
+message specs (every field of every version, flexible encodings included), so the
+listener decodes requests and encodes answers with them instead of a hand-written
+copy of those specs. The hot paths do not go through here: the Fetch answer is
+encoded by hand around the file ranges it sends (``fetch``), and the records of a
+produce are handed on as the bytes they came in.
+"""
+
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+from mpbroker.codec.framing import MalformedRequestError
+from mpbroker.kafka_protocol.api import ApiKey
+
+REQUESTS = {
+    ApiKey.PRODUCE: ProduceRequest,
+    ApiKey.FETCH: FetchRequest,
+    ApiKey.LIST_OFFSETS: ListOffsetsRequest,
+    ApiKey.METADATA: MetadataRequest,
+    ApiKey.API_VERSIONS: ApiVersionsRequest,
+    ApiKey.CREATE_TOPICS: CreateTopicsRequest,
+    ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+}
+
+__all__ = ["REQUESTS", "decode_body", "encode_body", "ApiVersionsResponse", "MetadataResponse", "ProduceResponse",
+           "ListOffsetsResponse", "CreateTopicsResponse", "DeleteTopicsResponse"]
+
+
+def decode_body(api_key: int, version: int, body):
+    """The request body as kafka-python's message object; MalformedRequestError if the
+    bytes do not hold one of that version."""
+    try:
+        return REQUESTS[api_key].decode(body, version=version)
+    except MalformedRequestError:
+        raise
+    except Exception as exc:  # the library raises ValueError, struct.error, IndexError, UnicodeDecodeError...
+        raise MalformedRequestError(f"cannot decode {ApiKey(api_key).name} v{version}: {exc}") from exc
+
+
+def encode_body(response, version: int) -> bytes:
+    """A response object's body in ``version`` (no header, no size)."""
+    return bytes(response.encode(version=version))
