@@ -11,9 +11,10 @@ a buffer or range replaces it) and continues when the socket is writable again.
 Bounds against hostile clients: ``queued`` counts the answers queued and not yet sent
 (a MULTIFETCH answer once per partition), so the acceptor can stop reading from a
 client that sends requests without reading the answers (``max.queued.responses``);
-``last_active`` is when bytes last moved either way (``connections.max.idle.ms``), and
-``reader.frame_started`` when the request still arriving began
-(``request.receive.timeout.ms``); the acceptor's sweep (``limits``) reads both.
+``last_active`` is when bytes last moved either way or an answer was queued for output
+(``connections.max.idle.ms``), and ``reader.frame_started`` when the request still
+arriving began (``request.receive.timeout.ms``); the acceptor's sweep (``limits``)
+reads both.
 Receive buffers come from the acceptor's shared scratch buffer (``FrameReader``), so
 an idle connection holds none.
 
@@ -82,7 +83,7 @@ class Connection:
         self.number = number
         self.counters = counters  # the acceptor's CounterTable row (bytes sent)
         self.bytes_sent = 0
-        self._last_active = now  # time.monotonic() of the last byte received or sent
+        self._last_active = now  # time.monotonic() of the last byte received or sent, or answer queued
         self.handlers = handlers  # its protocol's request handlers (``handle(connection, frame)``)
 
     def __repr__(self) -> str:
@@ -225,11 +226,15 @@ class Connection:
 
     def send(self, now: float) -> bool:
         """Send what is ready, in order; True if nothing ready is left waiting for the
-        socket. ``now`` is the last activity if a byte went out. Raises OSError if the
-        peer is gone."""
+        socket. ``now`` is the last activity if an answer was queued for output or a
+        byte went out (an answer the socket has no room for yet does not find the
+        connection idle since its request: ``limits``). Raises OSError if the peer is
+        gone."""
         responses, output = self.responses, self.output
-        while responses and responses[0].ready:
-            output.extend(responses.popleft().parts)
+        if responses and responses[0].ready:
+            self._last_active = now  # an answer queued for output: the client's idle clock starts again
+            while responses and responses[0].ready:
+                output.extend(responses.popleft().parts)
         sent_before = self.bytes_sent
         while output:
             if type(output[0]) is FileRange:

@@ -2,10 +2,12 @@
 
 - ``AddressCounts``: open connections per client address, for
   ``max.connections.per.ip`` (one address must not take every ``max.connections`` slot);
-- ``overdue``: the sweep for connections past a deadline. Idle: no byte moved either way
-  for ``connections.max.idle.ms``, unless the broker keeps the client waiting (an answer
-  owed by a worker, or ready and not yet sent: the sweep can run in the round of events
-  that made it ready; a full worker queue). Slow: a request whose first byte arrived
+- ``overdue``: the sweep for connections past a deadline. Idle: no byte moved either way,
+  and no answer was queued for output, for ``connections.max.idle.ms`` (an answer that
+  waited for a worker and finds the socket without room is not idle since its request),
+  unless the broker keeps the client waiting (an answer owed by a worker, or ready and
+  not yet sent: the sweep can run in the round of events that made it ready; a full
+  worker queue). Slow: a request whose first byte arrived
   more than ``request.receive.timeout.ms`` ago is still not complete (a client that
   sends a byte now and then would never be idle), unless the broker is not reading the
   connection (paused or throttled: that time is the broker's, and the clock starts
