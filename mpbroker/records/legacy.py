@@ -15,7 +15,8 @@ Each record has a null key, the payload as its value, no headers, and CreateTime
 (0.7 messages have no timestamp); each batch has no producer id and leader epoch -1.
 Messages are read with the 0.7 codec: plain magic-1 messages inline (header, CRC),
 everything else (magic 0, compressed wrappers at any depth) through
-``mpbroker.codec.message_set.decode_messages``, which checks every CRC. Sans-IO.
+``mpbroker.codec.message_set.decode_messages``, which checks every CRC; the batches are
+joined once. ~1 us per plain 200-byte message (measured like ``batch``'s walk). Sans-IO.
 """
 
 import struct
@@ -35,7 +36,16 @@ _PLAIN_V1 = MAGIC_V1 << 8  # magic 1, codec none
 # message), and its CRC-32C: each message's CRC continues from there.
 _ONE_RECORD_TAIL = HEADER.pack(0, 0, -1, MAGIC, 0, 0, 0, NO_TIMESTAMP, NO_TIMESTAMP, -1, -1, -1, 1)[ATTRIBUTES_OFFSET:]
 _ONE_RECORD_TAIL_CRC = crc32c(_ONE_RECORD_TAIL)
+_ONE_RECORD_LENGTH = MIN_BATCH_LENGTH
+_HEAD = struct.Struct(">qiibI")  # baseOffset, batchLength, partitionLeaderEpoch, magic, crc
 _RECORD_HEAD = b"\x00\x00\x00\x01"  # attributes, timestampDelta 0, offsetDelta 0, key null
+_PREFIXES = {}  # payload size -> the record's bytes before the payload
+_PREFIX_CACHE_SIZES = 1 << 14
+
+
+def _record_prefix(size: int) -> bytes:
+    value_length = encode_varint(size)
+    return encode_varint(5 + len(value_length) + size) + _RECORD_HEAD + value_length  # + payload + headers (1)
 
 
 class LegacyConversion(NamedTuple):
@@ -61,8 +71,8 @@ def legacy_to_batches(message_set, position: int, *, inflate_limit: int = DEFAUL
     error = None
     budget = inflate_limit
     unpack = _V1_HEAD.unpack_from
-    pack = HEADER.pack
-    varint = encode_varint
+    pack_head = _HEAD.pack
+    prefixes = _PREFIXES
     while end - pos >= LENGTH_SIZE:
         try:
             length, magic_attributes, crc = unpack(buf, pos)
@@ -80,13 +90,18 @@ def legacy_to_batches(message_set, position: int, *, inflate_limit: int = DEFAUL
             if crc32(payload) != crc:
                 error = RecordBatchError(CORRUPT_MESSAGE, f"0.7 message at {position + pos} fails its CRC check")
                 break
-            # One record of offset q - 1 in a batch of its own.
+            # One record of offset q - 1 in a batch of its own: the part of the header
+            # before the attributes, the constant rest, the record.
             size = len(payload)
-            value_length = varint(size)
-            body_size = 5 + len(value_length) + size  # head (4), value length, value, headers (1)
-            record = varint(body_size) + _RECORD_HEAD + value_length + payload + b"\x00"
-            append(pack(position + following - 1, MIN_BATCH_LENGTH + len(record), -1, MAGIC,
-                        crc32c(record, _ONE_RECORD_TAIL_CRC), 0, 0, NO_TIMESTAMP, NO_TIMESTAMP, -1, -1, -1, 1))
+            prefix = prefixes.get(size)
+            if prefix is None:
+                prefix = _record_prefix(size)
+                if size < _PREFIX_CACHE_SIZES:
+                    prefixes[size] = prefix
+            record = prefix + payload + b"\x00"  # headers: none
+            append(pack_head(position + following - 1, _ONE_RECORD_LENGTH + len(record), -1, MAGIC,
+                             crc32c(record, _ONE_RECORD_TAIL_CRC)))
+            append(_ONE_RECORD_TAIL)
             append(record)
             pos = following
             continue
