@@ -3,7 +3,7 @@ the tests. Writes a configuration file into a directory, starts ``mpbroker serve
 it, waits until it is ready (the status says so through the control socket), and stops it.
 
     with LocalBroker(directory, num_workers=2) as broker:
-        ... broker.port ...
+        ... broker.port ... broker.kafka_port (modern clients: broker.bootstrap) ...
 
 Keyword properties use ``_`` for ``.`` (``log_file_size=300`` is ``log.file.size=300``).
 ``env`` adds environment variables for the broker process (e.g. an LD_PRELOAD shim).
@@ -21,7 +21,7 @@ import time
 
 from mpbroker.control_client import NotRunning, call
 
-DEFAULTS = {"port": "0", "hostname": "127.0.0.1"}
+DEFAULTS = {"port": "0", "kafka.port": "0", "hostname": "127.0.0.1"}
 
 
 class LocalBroker:
@@ -38,6 +38,7 @@ class LocalBroker:
         self.output_path = os.path.join(self.directory, "broker.log")
         self.process = None
         self.port = None
+        self.kafka_port = None  # the modern Kafka protocol's port (None: kafka.port=-1)
         self.write_config()
 
     def write_config(self) -> None:
@@ -60,9 +61,15 @@ class LocalBroker:
             status = self.try_status()
             if status and status.get("ready"):
                 self.port = status["port"]
+                self.kafka_port = status.get("kafka_port")
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"broker did not become ready in {timeout}s:\n{self.output()}")
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:kafka_port``: what modern Kafka clients are given as bootstrap servers."""
+        return f"{self.host}:{self.kafka_port}"
 
     @property
     def host(self) -> str:

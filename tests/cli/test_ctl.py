@@ -36,7 +36,7 @@ class ServedBroker:
         self.socket = os.path.join(self.log_dir, "mpbroker.sock")
         self.config = os.path.join(self.directory, "server.properties")
         with open(self.config, "w") as f:
-            f.write(f"hostname=127.0.0.1\nport=0\nnum.workers=1\nlog.dir={self.file_log_dir}\n")
+            f.write(f"hostname=127.0.0.1\nport=0\nkafka.port=0\nnum.workers=1\nlog.dir={self.file_log_dir}\n")
         self.output_path = os.path.join(self.directory, "broker.log")
         with open(self.output_path, "w") as output:
             self.process = subprocess.Popen(

@@ -119,7 +119,7 @@ def test_the_zookeeper_recipe_serves_and_the_broker_creates_its_chroot(debian, t
     zk.start(timeout=15)
     (line,) = commands(block("zookeeper-broker"))
     command = line.replace("localhost:2181", f"127.0.0.1:{debian.port}")
-    command += f" --override log.dir={tmp_path / 'logs'} --override port=0"  # not 9092 and /tmp/kafka-logs
+    command += f" --override log.dir={tmp_path / 'logs'} --override port=0 --override kafka.port=0"  # not 9092
     with open(tmp_path / "broker.log", "w") as output:
         broker = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=REPO, stdout=output,
                                   stderr=subprocess.STDOUT, start_new_session=True)

@@ -2,7 +2,7 @@
 loop, the topic created and described, two lines produced with --acks replicated, and
 the offsets asked of the leaders. Only where the README names this machine's things do
 we put the test's: its ZooKeeper for localhost:2181, a scratch directory for $HOME, and
-port 0 for 909$id (so runs in parallel do not collide)."""
+port 0 for 909$id and 919$id (so runs in parallel do not collide)."""
 
 import os
 import signal
@@ -18,7 +18,7 @@ def test_the_readme_replication_block(zk_connect, zk_client, tmp_path):
     lines = commands(block("replication"))
     assert len(lines) == 5
     lines = [line.replace("localhost:2181/mpbroker", zk_connect).replace("$HOME", str(tmp_path))
-             .replace("port=909$id", "port=0") for line in lines]
+             .replace("port=909$id", "port=0").replace("port=919$id", "port=0") for line in lines]
     start, create, describe, produce, offsets = lines
     with open(tmp_path / "brokers.log", "w") as output:
         brokers = subprocess.Popen(["bash", "-c", start + "; wait"], cwd=REPO, stdout=output,
