@@ -9,13 +9,18 @@ What it does, in PROTOCOL.md's layout and algorithm:
 - registers the consumer (``/consumers/<group>/ids/<id>``, ephemeral, its subscription);
 - rebalances in its own thread whenever the group's members, the brokers registered
   for a subscribed topic, or (with a filter) the set of topics change, and after a
-  session expiry: read the group and the partitions, compute the range assignment
-  (``mpbroker.clients.groups.rebalance``), and if this consumer's share changed: stop the fetchers,
-  drop queued chunks, commit, release its owner nodes, claim the new ones (a claim
+  session expiry: read the group (``mpbroker.clients.groups.members``) and the partitions,
+  compute the range assignment (``mpbroker.clients.groups.rebalance``), and if this consumer's
+  share changed: stop the fetchers, drop queued chunks, wait (without the lock, up to
+  ``rebalance.finish.ms``) for the messages handed out to be finished, commit, release
+  its owner nodes, claim the new ones (``mpbroker.clients.groups.group_nodes``; a claim
   that finds another owner releases what it claimed, backs off and retries, up to
   ``rebalance.retries.max`` times, then tries again later; the back-off lasts
   ``rebalance.backoff.ms`` at most: a watch on the owner node in the way ends it when
   that owner lets go, so a group settles as fast as its slowest member releases);
+- at its start, reads that view until it was unchanged for ``rebalance.settle.ms``
+  before the first rebalance, so a member started while brokers register a topic
+  claims once (``mpbroker.clients.groups.handover``);
 - starts each claimed partition at its committed offset, or without one at the
   smallest or largest offset (``autooffset.reset``), and fetches with one thread per
   broker (``mpbroker.clients.groups.fetcher``);
@@ -43,12 +48,15 @@ import logging
 import threading
 import time
 
-from kazoo.exceptions import NodeExistsError, NoNodeError
+from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import KazooState
 
 from mpbroker.clients.core.leaders import REPLICATED, PartitionLeaders, ReplicatedPartition, partition_id
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions, read_topics
 from mpbroker.clients.groups.fetcher import BrokerFetcher, LeaderFetcher
+from mpbroker.clients.groups.group_nodes import claim, commit, read_offset, release
+from mpbroker.clients.groups.handover import unfinished, wait_finished, wait_settled
+from mpbroker.clients.groups.members import read_members
 from mpbroker.clients.groups.message_stream import EnvelopeStrippingStream, MessageStream, PartitionTopicInfo
 from mpbroker.clients.groups.rebalance import assign_range
 from mpbroker.clients.groups.settings import ConsumerSettings
@@ -240,6 +248,7 @@ class ConsumerConnector:
     # --- rebalance --------------------------------------------------------------
 
     def _rebalance_loop(self) -> None:
+        self._settle()
         retry_at = None
         while not self._closed.is_set():
             timeout = None if retry_at is None else max(0.0, retry_at - time.monotonic())
@@ -252,6 +261,18 @@ class ConsumerConnector:
             else:
                 retry_at = time.monotonic() + self.settings.rebalance_backoff_ms / 1000
 
+    def _settle(self) -> None:
+        """The start: wait for the view to settle before the first rebalance
+        (``mpbroker.clients.groups.handover.wait_settled``)."""
+        def read_view():
+            try:
+                with self._lock:
+                    if self._client.connected and not self._closed.is_set():
+                        self._read_view()
+            except ZK_ERRORS as exc:
+                log.info("consumer %s: reading the group before its first rebalance failed: %r", self.consumer_id, exc)
+        wait_settled(read_view, self._trigger, self._closed, self.settings.rebalance_settle_ms / 1000)
+
     def _rebalance(self) -> bool:
         backoff = self.settings.rebalance_backoff_ms / 1000
         attempts = self.settings.rebalance_retries_max + 1
@@ -263,7 +284,16 @@ class ConsumerConnector:
                         return True
                     if not self._client.connected:
                         return False
-                    done = self._rebalance_once()
+                    plan = self._plan()
+                    done = plan is None
+                if not done:
+                    self._await_finished()  # without the lock: commits and reads go on meanwhile
+                    with self._lock:
+                        if self._closed.is_set():
+                            return True
+                        if not self._client.connected:
+                            return False
+                        done = self._apply(*plan)
             except ZK_ERRORS as exc:
                 log.warning("consumer %s: rebalance attempt %d failed: %r", self.consumer_id, attempt, exc)
             if done:
@@ -284,10 +314,50 @@ class ConsumerConnector:
                   self.consumer_id, attempts, backoff)
         return False
 
-    def _rebalance_once(self) -> bool:
+    def _plan(self):
+        """Read the view; None if this consumer's share is what it owns in this session,
+        else stop the fetchers (nothing more is handed out) and return what ``_apply``
+        needs."""
+        session = self._client.client_id[0]
+        wanted, brokers = self._read_view()
+        if session == self._owner_session and wanted == self._assignment:
+            return None  # nothing changed for this consumer
+        self._stop_fetchers()
+        return wanted, brokers, session
+
+    def _await_finished(self) -> None:
+        """Before the commit: the messages handed out are finished, or
+        ``rebalance.finish.ms`` passed (``mpbroker.clients.groups.handover``)."""
+        timeout = self.settings.rebalance_finish_ms / 1000
+        waiting = unfinished(self._owned.values())
+        if not waiting or timeout <= 0:
+            return
+        started = time.monotonic()
+        left = wait_finished(waiting, timeout, self._closed)
+        if left and not self._closed.is_set():
+            log.warning("consumer %s: %d partition(s) still had messages being processed after %.1fs "
+                        "(rebalance.finish.ms); they will be delivered again: %s", self.consumer_id, len(left),
+                        timeout, ", ".join(f"{info.topic}:{info.partition.node()}" for info in left))
+        else:
+            log.info("consumer %s: the messages in flight finished in %.2fs; committing them before the "
+                     "rebalance", self.consumer_id, time.monotonic() - started)
+
+    def _apply(self, wanted: dict, brokers: dict, session: int) -> bool:
+        """Commit what was finished, release the owner nodes, claim ``wanted``, fetch."""
+        self._stop_fetchers()  # (none: stopped by _plan; the queues emptied again)
+        self._commit(returned=False)
+        self._release()
+        if not self._claim(wanted, session):
+            return False
+        self._start_fetchers(wanted, brokers)
+        return True
+
+    def _read_view(self) -> tuple:
+        """``({(topic, PartitionId): our stream index}, brokers)``: this consumer's share
+        under the range assignment of the group, topics and brokers read now, with
+        watches (each change sets the trigger)."""
         client = self._client
         self._ensure_registered()
-        session = client.client_id[0]
         subscriptions = self._read_group()
         brokers = read_brokers(client)
         wanted = {}
@@ -300,15 +370,7 @@ class ConsumerConnector:
                 if stream.startswith(prefix) and stream[len(prefix):].isdigit():
                     for partition in partitions_of_stream:
                         wanted[(topic, partition)] = int(stream[len(prefix):])
-        if session == self._owner_session and wanted == self._assignment:
-            return True  # nothing changed for this consumer
-        self._stop_fetchers()
-        self._commit(returned=False)
-        self._release()
-        if not self._claim(wanted, session):
-            return False
-        self._start_fetchers(wanted, brokers)
-        return True
+        return wanted, brokers
 
     def _partitions_of(self, topic: str, brokers: dict) -> list:
         """The partitions of ``topic`` to assign: a replicated topic's 0..N-1 (whether or
@@ -324,40 +386,10 @@ class ConsumerConnector:
         return [p for p in partitions if p.broker_id in brokers]
 
     def _read_group(self) -> dict:
-        """``{consumer id: Subscription}`` of the group's members (this one included).
-
-        A member whose registration does not parse (``layout.parse_subscription``:
-        neither a 0.7 form nor mpbroker's earlier JSON one) is a member with no
-        subscription: it gets no stream, so the range assignment shares every
-        partition among the members that can be read, and none is left to a stream
-        that may never claim it. (Counting it would need a stream count and topics
-        nobody can know; 0.7 fails the rebalance on it, and after
-        ``rebalance.retries.max`` the whole group stops consuming.) If that member
-        consumes all the same -- a client writing a form unknown here -- its claims
-        and ours collide on the owner nodes and the rebalance retries: visible in
-        the logs, nothing skipped. It is logged at WARNING, with the group, its id
-        and its value, once per value; ``mpbroker-groups --describe`` lists it as
-        ``invalid``."""
-        client = self._client
-        subscriptions = {}
-        ids_path = layout.consumer_ids_path(self.group)
-        members = client.get_children(ids_path, watch=self._on_watch)
-        for gone in set(self._unreadable_members).difference(members):
-            del self._unreadable_members[gone]
-        for consumer in members:
-            try:
-                data, _ = client.get(f"{ids_path}/{consumer}")  # another client's id: any node name
-                subscriptions[consumer] = layout.parse_subscription(data)
-            except NoNodeError:
-                continue
-            except layout.LayoutError:
-                if self._unreadable_members.get(consumer) != data:
-                    self._unreadable_members[consumer] = data
-                    log.warning("group %s: member %s registered %r, which is no subscription this client can read; "
-                                "it is given no partitions (the others share them all)", self.group, consumer,
-                                data[:200])
-        subscriptions.setdefault(self.consumer_id, self._subscription)
-        return subscriptions
+        """``{consumer id: Subscription}`` of the group's members, this one included
+        (``mpbroker.clients.groups.members.read_members``)."""
+        return read_members(self._client, self.group, self._on_watch, self._unreadable_members,
+                            {self.consumer_id: self._subscription})
 
     def _topics(self) -> list:
         if self._filter is None:
@@ -365,44 +397,20 @@ class ConsumerConnector:
         return [topic for topic in read_topics(self._client, watch=self._on_watch) if self._filter.matches(topic)]
 
     def _claim(self, wanted: dict, session: int) -> bool:
-        client = self._client
-        claimed = []
-        for (topic, partition), index in sorted(wanted.items()):
-            path = layout.owner_path(self.group, topic, partition)
-            value = layout.stream_id(self.consumer_id, index).encode()
-            try:
-                client.create(path, value, ephemeral=True, makepath=True)
-            except NodeExistsError:
-                try:
-                    data, stat = client.get(path)
-                except NoNodeError:
-                    data, stat = None, None
-                if not (data == value and stat.ephemeralOwner == session):
-                    log.info("consumer %s: %s-%s is still owned by %s", self.consumer_id, topic, partition.node(),
-                             data.decode(errors="replace") if data else "(gone)")
-                    if client.exists(path, watch=self._on_watch) is None:  # the back-off ends when it goes
-                        self._trigger.set()
-                    self._owner_paths = claimed
-                    self._owner_session = session
-                    self._release()
-                    return False
-            claimed.append(path)
+        claimed, gone = claim(self._client, self.group, self.consumer_id, wanted, session, self._on_watch)
         self._owner_paths = claimed
         self._owner_session = session
+        if gone is not None:
+            if gone:
+                self._trigger.set()  # the node in the way went meanwhile: no back-off
+            self._release()
+            return False
         self._assignment = dict(wanted)
         return True
 
     def _release(self) -> None:
         """Delete the owner nodes this consumer created (in its current session)."""
-        client = self._client
-        session = client.client_id[0] if client.client_id else None
-        for path in self._owner_paths:
-            try:
-                _, stat = client.get(path)
-                if stat.ephemeralOwner == session:
-                    client.delete(path, version=stat.version)
-            except NoNodeError:
-                pass
+        release(self._client, self._owner_paths)
         self._owner_paths = []
         self._assignment = None
         self._owner_session = None
@@ -420,14 +428,7 @@ class ConsumerConnector:
         by_broker = {}
         for (topic, partition), index in sorted(wanted.items()):
             stream = self._filter_streams[index] if self._filter is not None else self._topic_streams[topic][index]
-            try:
-                data, _ = client.get(layout.offset_path(self.group, topic, partition))
-                offset = layout.parse_offset(data)
-            except NoNodeError:
-                offset = -1  # the fetcher asks the broker (autooffset.reset)
-            except layout.LayoutError as exc:
-                log.warning("%s-%s: %s; starting per autooffset.reset", topic, partition.node(), exc)
-                offset = -1
+            offset = read_offset(client, self.group, topic, partition)  # -1: the fetcher asks the broker
             info = PartitionTopicInfo(topic, partition, stream.queue, offset, self.settings.fetch_size)
             self._owned[(topic, partition)] = info
             by_broker.setdefault(partition.broker_id, []).append(info)
@@ -475,22 +476,7 @@ class ConsumerConnector:
             pass
 
     def _commit(self, returned: bool) -> None:
-        client = self._client
-        returned = returned and self.settings.autofinish_enable
-        for (topic, partition), info in list(self._owned.items()):
-            offset = info.returned_offset if returned else info.done_offset
-            if offset < 0 or offset <= info.committed_offset:
-                continue
-            path = layout.offset_path(self.group, topic, partition)
-            value = str(offset).encode()
-            try:
-                client.set(path, value)
-            except NoNodeError:
-                try:
-                    client.create(path, value, makepath=True)
-                except NodeExistsError:
-                    client.set(path, value)
-            info.committed_offset = offset
+        commit(self._client, self.group, self._owned, returned and self.settings.autofinish_enable)
 
     def _autocommit_loop(self) -> None:
         interval = self.settings.autocommit_interval_ms / 1000

@@ -6,7 +6,7 @@ and ``extra = partitions % streams``, stream ``i`` takes ``n + (1 if i < extra e
 partitions starting at ``n*i + min(i, extra)``. Every consumer computes the same
 answer from the same view, so the streams' shares are disjoint and cover the topic.
 A member whose registration cannot be read has no streams here: the partitions go to
-the streams that can be counted (``ConsumerConnector._read_group`` says why).
+the streams that can be counted (``mpbroker.clients.groups.members`` says why).
 """
 
 

@@ -3,10 +3,13 @@
 Like ProducerSettings: a dict of properties and/or keyword arguments with ``_`` for
 ``.``; unknown keys are refused with the list of known ones. Defaults are 0.7's but
 for ``backoff.increment.ms`` (100 ms rather than 1 s between fetches that found
-nothing, for real-time consumers) and ``fetch.size`` (1 MiB, PROTOCOL.md). Two are
+nothing, for real-time consumers) and ``fetch.size`` (1 MiB, PROTOCOL.md). Four are
 mpbroker's: ``autofinish.enable`` (false: a message counts as finished only when the
 application passes it to ``ConsumerConnector.mark_finished``, and every commit stores
-finished offsets only) and ``audit.envelope`` (strip producers' audit envelopes).
+finished offsets only), ``audit.envelope`` (strip producers' audit envelopes), and
+``rebalance.settle.ms`` and ``rebalance.finish.ms`` (``mpbroker.clients.groups.handover``:
+how long a start waits for the registry to settle, and a rebalance for the messages in
+flight; 0 turns either off).
 """
 
 from dataclasses import dataclass
@@ -37,6 +40,8 @@ class ConsumerSettings:
     consumer_timeout_ms: int = -1  # consumer.timeout.ms: -1 blocks for ever
     rebalance_retries_max: int = 4  # rebalance.retries.max
     rebalance_backoff_ms: int = 2000  # rebalance.backoff.ms
+    rebalance_settle_ms: int = 1500  # the first rebalance waits until the group's view was this long unchanged
+    rebalance_finish_ms: int = 5000  # a rebalance waits this long at most for the messages handed out to finish
     autofinish_enable: bool = True  # autofinish.enable: false = finished only through mark_finished()
     audit_envelope: bool = False  # audit.envelope: hand out payloads without their audit envelope
 
@@ -55,7 +60,8 @@ class ConsumerSettings:
         for name in ("zk_sessiontimeout_ms", "zk_connectiontimeout_ms", "socket_timeout_ms", "fetch_size",
                      "max_fetch_size", "queuedchunks_max", "autocommit_interval_ms"):
             setattr(self, name, _int(name.replace("_", "."), getattr(self, name), 1))
-        for name in ("backoff_increment_ms", "rebalance_retries_max", "rebalance_backoff_ms"):
+        for name in ("backoff_increment_ms", "rebalance_retries_max", "rebalance_backoff_ms", "rebalance_settle_ms",
+                     "rebalance_finish_ms"):
             setattr(self, name, _int(name.replace("_", "."), getattr(self, name), 0))
         self.consumer_timeout_ms = _int("consumer.timeout.ms", self.consumer_timeout_ms, -1)
         if self.max_fetch_size < self.fetch_size:

@@ -20,7 +20,12 @@ is marked finished (``mark_finished``) only after the target acknowledged all of
 and every commit -- every ``autocommit.interval.ms`` (1 s here), on a rebalance, on
 stop -- stores finished offsets only. A mirror killed at any moment therefore
 restarts from offsets whose messages are all on the target; what it had sent since
-the last commit is sent again (duplicates, never gaps). A delivery that fails (the
+the last commit is sent again (duplicates, never gaps). Without a fault each message
+is sent once: the consumer's start waits for the source's registry to settle
+(``rebalance.settle.ms``), and a rebalance stops handing out messages, then waits for
+the batches in flight to be acknowledged and marked -- the stream threads deliver a
+partial batch when no message comes within ``linger_ms`` -- for up to
+``stop_timeout_s`` (``rebalance.finish.ms``), before it commits and releases. A delivery that fails (the
 target away, a partition restarting) is retried with a growing back-off, for as long
 as it takes; the stream waits meanwhile (back-pressure to the source fetchers). A
 message the target refuses for good (larger than its ``max.message.size``, invalid)
@@ -176,7 +181,8 @@ class Mirror:
                 source.partitions = ZkBrokerPartitions(source.zk_connect)
                 source.positions = SourcePositions(source.partitions.partitions)
                 source.connector = ConsumerConnector({
-                    "autocommit.interval.ms": 1000, "autooffset.reset": "smallest", **config.consumer_properties,
+                    "autocommit.interval.ms": 1000, "autooffset.reset": "smallest",
+                    "rebalance.finish.ms": int(config.stop_timeout_s * 1000), **config.consumer_properties,
                     "zk.connect": source.zk_connect, "groupid": config.group, "autofinish.enable": "false",
                     "autocommit.enable": "true", "audit.envelope": "false",
                     "consumer.timeout.ms": max(10, config.linger_ms)})

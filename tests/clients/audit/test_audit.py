@@ -227,7 +227,7 @@ def test_producers_stamp_and_count_consumers_strip_and_the_audit_matches(make_cl
     assert sorted(m.envelope.sequence for m in stamped if m.envelope.client == sync.auditor.client) == list(range(300))
 
     connector = ConsumerConnector({"zk.connect": cluster.zk_connect, "groupid": "strip", "audit.envelope": "true",
-                                   "consumer.timeout.ms": 2000, **FAST_GROUP})
+                                   "consumer.timeout.ms": 5000, **FAST_GROUP})
     try:
         (stream,) = connector.create_message_streams({"views": 1})["views"]
         got = [next(stream) for _ in range(603)]

@@ -215,7 +215,7 @@ def test_a_group_splits_the_partitions_disjoint_and_complete(cluster):
 def test_offsets_survive_a_consumer_restart(cluster):
     sent = cluster.produce("orders", [f"o{i}".encode() for i in range(500)])
     cluster.wait_registered("orders", 8)
-    first = cluster.connector("restart", consumer_timeout_ms=500, autocommit_enable="false")
+    first = cluster.connector("restart", consumer_timeout_ms=5000, autocommit_enable="false")
     stream = first.create_message_streams({"orders": 1})["orders"][0]
     taken = [next(stream) for _ in range(200)]
     first.commit_offsets()
@@ -542,3 +542,45 @@ def test_zookeeper_restarted_under_load_loses_nothing(broker_factory, zookeeper_
         stop.set()
         producer.close()
         connector.shutdown()
+
+
+# --- no fault, no duplicate (issue 35, item 6) ------------------------------------------------
+
+def test_a_lone_members_start_settles_in_one_rebalance(cluster, caplog):
+    """Started as the brokers register a new topic (each within a second of its first
+    message, on its own): the member owned nothing, then one broker's partitions, then
+    all eight, and what was in flight at each step was delivered again. It waits for the
+    registry to settle and claims once."""
+    caplog.set_level(logging.INFO, logger="mpbroker.clients.groups.connector")
+    sent = cluster.produce("fresh", [f"n{i}".encode() for i in range(400)])
+    connector = cluster.connector("lone", consumer_timeout_ms=300)
+    stream = connector.create_message_streams({"fresh": 1})["fresh"][0]
+    wait_for(lambda: len(connector.owned_partitions().get("fresh", [])) == 8, 15, 0.02, what="8 partitions owned")
+    received = []
+    drain(stream, received).join(30)
+    assert sorted(payloads_of(received)) == sorted(sent)  # each once
+    owns = [r.getMessage() for r in caplog.records if " owns " in r.getMessage()]
+    assert len(owns) == 1, owns
+    assert connector.rebalances == 1
+
+
+def test_a_rebalance_lets_the_message_being_processed_finish_before_it_releases(cluster):
+    """A member joins while the consumer processes a message: the rebalance committed
+    what was finished before it and the message was delivered again. It waits (up to
+    ``rebalance.finish.ms``) for the message to finish, commits it, then releases."""
+    sent = cluster.produce("work", [f"w{i}".encode() for i in range(200)])
+    cluster.wait_registered("work", 8)
+    connector = cluster.connector("handover", consumer_timeout_ms=300)
+    stream = connector.create_message_streams({"work": 1})["work"][0]
+    wait_for(lambda: len(connector.owned_partitions().get("work", [])) == 8, 15, 0.02, what="8 partitions owned")
+    received = [next(stream)]  # being processed
+    other = layout.consumer_path("handover", "other")
+    cluster.zk.create(other, layout.Subscription({"work": 1}).value(), makepath=True)  # a member that claims nothing
+    time.sleep(0.5)
+    assert len(connector.owned_partitions()["work"]) == 8  # the rebalance waits for the message
+    thread = drain(stream, received, stop_after=3)  # asking for the next one finishes it
+    wait_for(lambda: len(connector.owned_partitions().get("work", [])) == 4, 15, 0.02, what="half released")
+    cluster.zk.delete(other)
+    wait_for(lambda: len(connector.owned_partitions().get("work", [])) == 8, 15, 0.02, what="all owned again")
+    thread.join(30)
+    assert sorted(payloads_of(received)) == sorted(sent)  # each once

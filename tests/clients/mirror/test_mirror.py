@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -376,3 +377,74 @@ def test_with_two_brokers_a_side_each_source_partition_lands_on_the_same_broker_
         clicks = payloads("clicks", 400)
         on_source = produce_spread(source_brokers, "page-clicks", clicks)  # new while the mirror runs
         assert wait_mirrored(target_brokers, "page-clicks", clicks) == on_source
+
+
+# --- no fault, no duplicate (issue 35, item 6) ------------------------------------------------
+
+def produce_pairs(brokers: dict, topic: str, sent: list) -> None:
+    """``sent`` spread evenly over every (broker, partition) of ``brokers`` (message i to
+    pair i mod the pairs' count), through a static broker list, acknowledged on disk."""
+    with Producer(broker_list=",".join(f"{b}:{HOST}:{broker.port}" for b, broker in brokers.items()),
+                  acks="flush", partitioner_class=position_partitioner) as producer:
+        producer.deliver([(topic, index, payload) for index, payload in enumerate(sent)])
+
+
+def mirror_exactly_once(source_brokers: dict, target_brokers: dict, topic: str, sent: list,
+                        metrics: MirrorMetrics) -> None:
+    """Every message of ``sent`` on the target once, each source pair in the same target
+    pair, in order; the mirror counted each once."""
+    wait_for(lambda: sum(map(len, read_pairs(target_brokers, topic).values())) >= len(sent), 60, 0.1,
+             f"{topic} mirrored")
+    on_target = read_pairs(target_brokers, topic)
+    got = sorted(p for got in on_target.values() for p in got)
+    assert got == sorted(sent), f"{len(got)} messages on the target for {len(sent)}, {len(set(got))} distinct"
+    assert on_target == read_pairs(source_brokers, topic)
+    assert metrics.total_messages == len(sent)
+
+
+def test_a_mirror_started_as_a_new_user_would_writes_each_message_once(broker_factory, zk_connect):
+    """Issue 35, item 6: 500 messages in each of the 4 (broker, partition)s, the mirror
+    started at once with its defaults, while the source brokers register the topic (each
+    within a second of its first message, on its own). Its consumer owned nothing, then
+    one broker's partitions, then all four, and what was in flight at each rebalance
+    went twice (2,500 for 2,000)."""
+    source, source_brokers = two_broker_cluster(broker_factory, zk_connect + "/east", "east")
+    target, target_brokers = two_broker_cluster(broker_factory, zk_connect + "/central", "central")
+    sent = payloads("mirr", 2000)
+    produce_pairs(source_brokers, "mirr", sent)
+    assert all(len(got) == 500 for got in read_pairs(source_brokers, "mirr").values())
+    metrics = MirrorMetrics()
+    with Mirror(MirrorConfig(sources=[source], target=target, topic_filter=Whitelist("mirr")), metrics):
+        mirror_exactly_once(source_brokers, target_brokers, "mirr", sent, metrics)
+        time.sleep(1.0)  # what a second copy would need to arrive
+        mirror_exactly_once(source_brokers, target_brokers, "mirr", sent, metrics)
+
+
+def test_a_rebalance_lets_the_batch_in_flight_reach_the_target_before_it_releases(broker_factory, zk_connect):
+    """The mirror owns source broker 1's two partitions and holds a batch of them (waiting
+    for broker 2 to register the topic, then spreading it on the target) when broker 2's
+    registration rebalances its consumer. The rebalance committed the finished offsets
+    (none yet) and fetched the batch again: 500 duplicates every run. It waits for the
+    batch now."""
+    source, source_brokers = two_broker_cluster(broker_factory, zk_connect + "/east", "east")
+    target, target_brokers = two_broker_cluster(broker_factory, zk_connect + "/central", "central")
+    first = payloads("first", 1000)
+    produce_pairs({1: source_brokers[1]}, "mirr", first)
+    with zk_client(source) as client:
+        wait_for(lambda: {p.broker_id for p in read_topic_partitions(client, "mirr")} == {1}, 15, 0.05,
+                 "source broker 1 registered mirr")
+        metrics = MirrorMetrics()
+        mirror = Mirror(MirrorConfig(sources=[source], target=target, topic_filter=Whitelist("mirr")), metrics)
+        with mirror:
+            connector = mirror._sources[0].connector
+            wait_for(lambda: len(connector.owned_partitions().get("mirr", [])) == 2, 15, 0.02,
+                     "broker 1's partitions owned")
+            time.sleep(0.3)  # a batch taken: it waits for broker 2 (source_wait_s)
+            assert metrics.total_messages == 0
+            second = payloads("second", 1000)
+            produce_pairs({2: source_brokers[2]}, "mirr", second)
+            wait_for(lambda: len(connector.owned_partitions().get("mirr", [])) == 4, 15, 0.02,
+                     "all four partitions owned")
+            mirror_exactly_once(source_brokers, target_brokers, "mirr", first + second, metrics)
+            time.sleep(1.0)
+            mirror_exactly_once(source_brokers, target_brokers, "mirr", first + second, metrics)
