@@ -83,6 +83,7 @@ class Supervisor:
         self.readiness = None  # made once the port is known
         self.registrar_checked = False  # the registrar checked the broker id (or ZooKeeper was away)
         self.zk_state = None  # the registrar's last report
+        self.cluster = None  # the registrar's last view of the cluster, for the acceptor's Metadata
         self.scheduling = None  # the CPU scheduling policy the broker runs under, once it runs
         self.roles = RoleBook(config.num_workers)  # replica roles, handed to the workers and the acceptor
         self.rates = RateSampler()
@@ -258,6 +259,10 @@ class Supervisor:
                     self._send_roles(worker, by_slot.get(worker.slot, []), "seq" in message)
             if topics_changed and self.acceptor.ready:
                 self.acceptor.channel.send(Op.ROLES, topics=self.roles.topics)
+        elif op == Op.CLUSTER:
+            self.cluster = {key: value for key, value in message.items() if key != "op"}
+            if self.acceptor.ready:
+                self.acceptor.channel.send(Op.CLUSTER, **self.cluster)
         elif op == Op.ZK_STATE:
             self.zk_state = {key: value for key, value in message.items() if key != "op"}
             self.readiness.registrar_reported(bool(self.zk_state.get("registered")))
@@ -281,6 +286,8 @@ class Supervisor:
         if child.role == "acceptor":
             if self.roles.known:
                 child.channel.send(Op.ROLES, topics=self.roles.topics)
+            if self.cluster is not None:
+                child.channel.send(Op.CLUSTER, **self.cluster)
             if not self._accepting:
                 self._accepting = True
                 self._on_first_accepting()

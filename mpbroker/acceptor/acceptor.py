@@ -87,8 +87,8 @@ class Acceptor(ChildProcess):
         self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
         self.replica_requests = ReplicaRequests(self.files, self.router, self.timers,
                                                 lambda connection: self._to_send.add(connection))
-        create_topic = (lambda topic, partitions: self.control.send(Op.CREATE_TOPIC, topic=topic,
-                                                                    partitions=partitions)) \
+        create_topic = (lambda topic, partitions, **fields: self.control.send(Op.CREATE_TOPIC, topic=topic,
+                                                                              partitions=partitions, **fields)) \
             if config.enable_zookeeper else None
         self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters,
                                         self.replica_requests, create_topic)
@@ -127,7 +127,12 @@ class Acceptor(ChildProcess):
         return None
 
     def control_handlers(self) -> dict:
-        return {Op.WORKER_DOWN: self._on_worker_down, Op.WORKER_UP: self._on_worker_up, Op.ROLES: self._on_roles}
+        return {Op.WORKER_DOWN: self._on_worker_down, Op.WORKER_UP: self._on_worker_up, Op.ROLES: self._on_roles,
+                Op.CLUSTER: self._on_cluster}
+
+    def _on_cluster(self, message: dict) -> None:
+        if self.kafka_handlers is not None:
+            self.kafka_handlers.metadata.set_cluster(message)
 
     def _on_roles(self, message: dict) -> None:
         if "topics" in message:

@@ -152,6 +152,11 @@ class RequestHandlers:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
 
+    def ask_to_create(self, topic: str, partitions: int, **fields) -> None:
+        """Ask the registrar (through the supervisor) to create ``topic`` replicated."""
+        if self._create_topic is not None:
+            self._create_topic(topic, partitions, **fields)
+
     def roles_unknown_for(self, topic: str) -> bool:
         """Before the registrar's first ``roles`` (a broker just started, with ZooKeeper),
         which topics are replicated is not known. A topic with leader epochs on disk

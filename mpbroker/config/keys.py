@@ -56,8 +56,8 @@ KEYS = (
         "kafka-python, aiokafka, kafkajs); 0 picks a free port; -1 turns that listener off",
         minimum=0, maximum=65535, also_allowed=-1),
     Key("advertised.host.name", "str", "",
-        "host modern clients are told to connect to (Metadata); empty: hostname, or 127.0.0.1 when hostname is "
-        "empty too (set it to a name clients on other machines can reach)"),
+        "host modern clients are told to connect to (Metadata); empty: hostname, or when that is empty too this "
+        "machine's address, as the ZooKeeper registration"),
     Key("advertised.port", "int", "-1",
         "port modern clients are told to connect to (Metadata), where a proxy or NAT maps kafka.port to another; "
         "-1: the kafka.port listened on", minimum=1, maximum=65535, also_allowed=-1),

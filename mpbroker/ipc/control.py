@@ -12,7 +12,10 @@ supervisor -> child
     acceptor serves: write the broker's nodes) and ``isr_change`` (a worker's, passed
     on); ``roles`` (the registrar's, passed on): to a worker ``partitions``, the
     replica roles of the partitions it owns; to the acceptor ``topics``, the replicated
-    topics and their partition counts.
+    topics and their partition counts; ``cluster`` (the registrar's, passed on to the
+    acceptor): what Metadata tells modern clients, ``brokers`` (``[id, host, port]`` of
+    each live broker's modern endpoint), ``controller`` and ``topics`` (per replicated
+    topic ``[partition, leader, leader_epoch, replicas, isr]``).
 child -> supervisor
     ``ready`` (a worker adds ``slot`` and ``partitions``, the metrics exporter
     ``port``); the acceptor's ``worker_down_ack`` (``slot``, ``generation``); the
@@ -26,8 +29,9 @@ child -> supervisor
     ``isr``, ``version``: the leader asks for the ISR to be written, conditional on
     the state node's version); the acceptor's ``create_topic`` (``topic``,
     ``partitions``: a produce named a topic nobody has, and
-    ``default.replication.factor`` > 1 makes it a replicated one), passed on to the
-    registrar.
+    ``default.replication.factor`` > 1 makes it a replicated one; ``record_batches``:
+    a modern client's, in the record-batch format; ``replication_factor`` when it
+    asked for one), passed on to the registrar; the registrar's ``cluster``.
 """
 
 import enum
@@ -52,6 +56,7 @@ class Op(enum.StrEnum):
     ROLES = "roles"
     ISR_CHANGE = "isr_change"
     CREATE_TOPIC = "create_topic"
+    CLUSTER = "cluster"
 
 
 class ControlChannel:

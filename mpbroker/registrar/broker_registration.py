@@ -1,5 +1,7 @@
-"""The broker's own nodes in ZooKeeper: ``/brokers/ids/<id>`` and one
-``/brokers/topics/<topic>/<id>`` per topic, all ephemeral, all bound to one session.
+"""The broker's own nodes in ZooKeeper: ``/brokers/ids/<id>``, one
+``/brokers/topics/<topic>/<id>`` per topic, and ``/brokers/endpoints/<id>`` (where it
+serves the modern protocol, ``registry.endpoints``), all ephemeral, all bound to one
+session.
 
 ``claim_id`` decides whether the id is free: a node holding this broker's own value
 (a registration of this very broker from a session that is going away) is replaced;
@@ -37,6 +39,7 @@ class BrokerRegistration:
         self.info = info
         self.op_timeout_s = op_timeout_s
         self.topics = {}  # topic -> partition count, every topic this broker has
+        self.endpoint = None  # (path, value) of the modern protocol's endpoint node, written with the id
         self.registered_session = None  # the session id everything was last written under
         self._epoch = None  # the czxid of the id's node written under registered_session
         self._written_topics = set()
@@ -124,6 +127,8 @@ class BrokerRegistration:
         if session != self.registered_session:
             self._written_topics.clear()
             self._epoch = self._create_ephemeral(self.path, self.info.value(), replace_any=False)
+            if self.endpoint is not None:
+                self._create_ephemeral(*self.endpoint, replace_any=True)
             self.registered_session = session
             log.info("registered broker %d as %s in ZooKeeper (session 0x%x, broker epoch %d)", self.info.id,
                      self.info.value().decode(), session, self._epoch)
@@ -139,6 +144,8 @@ class BrokerRegistration:
         """True if every node this session wrote is still there (someone may delete
         them by hand); otherwise the next ``register`` writes them again."""
         paths = [self.path] + [layout.topic_broker_path(topic, self.info.id) for topic in self._written_topics]
+        if self.endpoint is not None:
+            paths.append(self.endpoint[0])
         results = [self.client.exists_async(path) for path in paths]
         missing = [path for path, result in zip(paths, results) if self._wait(result) is None]
         if missing:
@@ -152,6 +159,8 @@ class BrokerRegistration:
             return
         for topic in sorted(self._written_topics):
             self._delete(layout.topic_broker_path(topic, self.info.id))
+        if self.endpoint is not None:
+            self._delete(self.endpoint[0])
         self._delete(self.path)
         self.registered_session = None
         self._written_topics.clear()

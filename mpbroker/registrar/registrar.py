@@ -55,9 +55,10 @@ from mpbroker.ipc.control import Op
 from mpbroker.process.child import ChildProcess
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
+from mpbroker.registrar.cluster_view import ClusterView
 from mpbroker.registrar.controller import Controller
 from mpbroker.registrar.replica_roles import ReplicaRoles
-from mpbroker.registry import layout, topic_admin
+from mpbroker.registry import endpoints, layout, topic_admin
 from mpbroker.registry.replication import PlacementError
 from mpbroker.registry.zk_client import (
     TRANSIENT,
@@ -79,7 +80,8 @@ MIN_REPLACE_AFTER_S = 5.0
 
 
 class Registrar(ChildProcess):
-    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str, counter_row=None):
+    def __init__(self, config, port: int, tables, slots, slot: int, channel, creator: str, counter_row=None,
+                 kafka_port: int | None = None):
         super().__init__(slots, slot, channel)
         self.counter_row = counter_row  # the controller flag and epoch, for the metrics
         self.config = config
@@ -87,6 +89,12 @@ class Registrar(ChildProcess):
         self.channel = channel
         self.info = layout.BrokerInfo(config.brokerid, creator, layout.hostname_for_registration(config.hostname),
                                       port)
+        self.endpoint = None  # (path, value) of where this broker serves the modern protocol
+        if kafka_port is not None:
+            host = config.advertised_host_name or self.info.host
+            advertised = config.advertised_port if config.advertised_port > 0 else kafka_port
+            self.endpoint = (endpoints.endpoint_path(config.brokerid), endpoints.endpoint_value(host, advertised))
+        self.cluster = None  # the cluster as modern clients are told it (cluster_view), made with each client
         self.client = None
         self.registration = None
         self.controller = None  # made with each client: the controller runs on the broker's session
@@ -120,9 +128,10 @@ class Registrar(ChildProcess):
         if self.client is None or not self.client.connected:
             return  # the producer retries, and the acceptor asks again
         topic, partitions = message["topic"], message["partitions"]
-        factor = self.config.default_replication_factor
+        factor = message.get("replication_factor") or self.config.default_replication_factor
+        formats = {"record_batches": True} if message.get("record_batches") else {}
         try:
-            topic_admin.create_topic(self.client, topic, partitions, factor)
+            topic_admin.create_topic(self.client, topic, partitions, factor, **formats)
         except topic_admin.TopicExists:
             return
         except (PlacementError, InvalidTopicError) as exc:
@@ -177,6 +186,7 @@ class Registrar(ChildProcess):
                 self._register()
                 if self.registration.registered_session is not None:  # only a live broker controls
                     self.controller.step()
+                    self.cluster.step()
                 if self.registration.registered_session == self.client.client_id[0]:  # and leads
                     lease_ms = self.config.zk_sessiontimeout_ms * 2 // 3
                     self.slots.renew_lease(self.slot, began + lease_ms)
@@ -204,6 +214,8 @@ class Registrar(ChildProcess):
         self.client.add_listener(self._on_state)
         self.client.start_async()
         self.registration = BrokerRegistration(self.client, self.info)
+        self.registration.endpoint = self.endpoint
+        self.cluster = ClusterView(self.client, lambda **fields: self.channel.send(Op.CLUSTER, **fields))
         self.controller = Controller(self.client, self.config.brokerid,
                                      unclean=self.config.unclean_leader_election_enable)
         registration = self.registration
@@ -227,6 +239,7 @@ class Registrar(ChildProcess):
         self.registration = None
         self.controller = None
         self.roles = None
+        self.cluster = None
         self._away_since = None
         self._next_scan = 0.0
 

@@ -34,7 +34,8 @@ def run_registrar(supervisor, child) -> int:
 
     memory = supervisor.memory
     registrar = Registrar(supervisor.config, supervisor.port, memory.tables, memory.slots, child.slot,
-                          child.child_channel, supervisor.creator_id, memory.counters.row(child.slot))
+                          child.child_channel, supervisor.creator_id, memory.counters.row(child.slot),
+                          kafka_port=supervisor.kafka_port)
     return registrar.run()
 
 

@@ -15,15 +15,18 @@ Names that break the topic rule get INVALID_TOPIC_EXCEPTION, and nothing is crea
 import base64
 import hashlib
 import logging
+import time
 
 from kafka.protocol.metadata import MetadataResponse
 
 from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.acceptor.requests import AUTO_CREATE_RETRY_S
 from mpbroker.codec.errors import InvalidTopicError, NotLeaderError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.ipc.messages import RECORD_BATCHES, Mode
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError
+from mpbroker.registry.layout import hostname_for_registration
 
 log = logging.getLogger(__name__)
 
@@ -41,13 +44,22 @@ class MetadataHandler:
         self._legacy = legacy_handlers
         self._port = listening_port
         self.cluster_id = cluster_id_for(config)
+        self._host = config.advertised_host_name or hostname_for_registration(config.hostname)
+        self.cluster = None  # with ZooKeeper: the registrar's view (``registrar.cluster_view``)
+        self._creating = {}  # topic -> time.monotonic() the controller was asked to create it
 
     @property
     def advertised(self) -> tuple:
         config = self.config
-        host = config.advertised_host_name or config.hostname or "127.0.0.1"
         port = config.advertised_port if config.advertised_port > 0 else self._port
-        return host, port
+        return self._host, port
+
+    def set_cluster(self, message: dict) -> None:
+        """The registrar's view of the cluster: brokers, controller, replicated topics."""
+        self.cluster = {"brokers": [tuple(broker) for broker in message.get("brokers", [])],
+                        "controller": message.get("controller", -1),
+                        "topics": {topic: [tuple(partition) for partition in partitions]
+                                   for topic, partitions in message.get("topics", {}).items()}}
 
     def handle(self, connection, request_header, request) -> None:
         version = request_header.api_version
@@ -56,14 +68,22 @@ class MetadataHandler:
             names = None  # v0: an empty list means every topic
         may_create = self.config.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
         if names is None:
-            topics = [self._topic(name, False, connection) for name in sorted(self._files.topics())]
+            known = set(self._files.topics()) | set(self.cluster["topics"] if self.cluster else ())
+            topics = [self._topic(name, False, connection) for name in sorted(known)]
         else:
             topics = [self._topic(name, may_create, connection) for name in dict.fromkeys(names)]
-        host, port = self.advertised
         broker = self.config.brokerid
+        brokers = [(broker, *self.advertised)]
+        controller = broker
+        if self.cluster is not None:
+            brokers = self.cluster["brokers"] or brokers
+            if all(node != broker for node, _, _ in brokers):  # registered a moment from now
+                brokers = [*brokers, (broker, *self.advertised)]
+            controller = self.cluster["controller"]
         answer = MetadataResponse[version](
-            throttle_time_ms=0, brokers=[_Broker(node_id=broker, host=host, port=port, rack=None)],
-            cluster_id=self.cluster_id, controller_id=broker, topics=topics)
+            throttle_time_ms=0, brokers=[_Broker(node_id=node, host=host, port=port, rack=None)
+                                         for node, host, port in brokers],
+            cluster_id=self.cluster_id, controller_id=controller, topics=topics)
         respond(connection, request_header.correlation_id, ApiKey.METADATA, version, answer)
 
     def _topic(self, name, may_create: bool, connection):
@@ -72,6 +92,13 @@ class MetadataHandler:
         except (InvalidTopicError, TypeError) as exc:
             log.info("%r: metadata for an invalid topic name: %s", connection, exc)
             return _Topic(error_code=KafkaError.INVALID_TOPIC_EXCEPTION, name=name, is_internal=False, partitions=[])
+        replicated = self.cluster["topics"].get(name) if self.cluster is not None else None
+        if replicated is not None:
+            return _Topic(error_code=KafkaError.NONE, name=name, is_internal=False, partitions=[
+                _Partition(error_code=KafkaError.NONE if leader >= 0 else KafkaError.LEADER_NOT_AVAILABLE,
+                           partition_index=partition, leader_id=leader, leader_epoch=epoch, replica_nodes=replicas,
+                           isr_nodes=isr, offline_replicas=[])
+                for partition, leader, epoch, replicas, isr in replicated])
         if not self.topic_exists(name):
             if not may_create:
                 return _Topic(error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
@@ -89,8 +116,20 @@ class MetadataHandler:
         return self._files.knows_topic(name) or name in self._legacy.replicated
 
     def create(self, name: str, connection) -> int:
-        """Create ``name`` in the record-batch format on every partition's worker; the
-        error code to answer with (0 when it is on its way)."""
+        """Create ``name`` in the record-batch format: with ZooKeeper, the controller's
+        way (a replicated topic of ``default.replication.factor`` replicas, placed over
+        the live brokers: LEADER_NOT_AVAILABLE until its leaders are elected, as Kafka
+        answers); standalone, on every partition's worker here. The error code to answer
+        with (0 when it is on its way)."""
+        if self.config.enable_zookeeper:
+            now = time.monotonic()
+            if now - self._creating.get(name, -AUTO_CREATE_RETRY_S) >= AUTO_CREATE_RETRY_S:
+                if len(self._creating) > 10_000:
+                    self._creating.clear()
+                self._creating[name] = now
+                self._legacy.ask_to_create(name, self.config.num_partitions, record_batches=True)
+                log.info("asked the controller to create topic %s for %r", name, connection)
+            return KafkaError.LEADER_NOT_AVAILABLE
         routes = []
         for partition in range(self._legacy.partition_count(name)):
             try:

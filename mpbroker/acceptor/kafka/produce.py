@@ -128,8 +128,11 @@ class ProduceHandler:
             return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         except NotLeaderError:
             return KafkaError.NOT_LEADER_OR_FOLLOWER
-        if not self.config.auto_create_topics_enable and not self._metadata.topic_exists(topic):
-            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+        if not self._metadata.topic_exists(topic):
+            if not self.config.auto_create_topics_enable:
+                return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+            if self.config.enable_zookeeper:  # the controller creates it, with its leaders
+                return self._metadata.create(topic, None)
         return target
 
     def refuse_version(self, connection, request_header, request) -> None:
