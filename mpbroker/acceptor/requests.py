@@ -37,6 +37,7 @@ from mpbroker.ipc.counters import REQUEST_KINDS, REQUESTS
 from mpbroker.ipc.messages import Mode
 from mpbroker.ipc.partition_table import Role
 from mpbroker.ownership import owner_slot
+from mpbroker.segments import topic_configs
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ class RequestHandlers:
         self._close = on_close  # callable(connection, reason)
         self._topics = {}  # checked topic name -> its ASCII bytes
         self._routes = {}  # (checked topic bytes, partition in range) -> WorkerRoute
+        self._created_counts = {}  # topic -> partitions it was created with by a modern client (0: none)
 
     def handle(self, connection, frame) -> None:
         """Answer or route one request; MalformedRequestError and ProduceRefused
@@ -121,8 +123,32 @@ class RequestHandlers:
                         if key[0].decode("ascii") not in topics}
 
     def partition_count(self, topic: str) -> int:
+        """A replicated topic's count (the controller's), else the count a modern client
+        created it with (``segments.topic_configs``), else the configuration's."""
         count = self.replicated.get(topic)
-        return self.config.partitions_for(topic) if count is None else count
+        if count is not None:
+            return count
+        count = self._created_counts.get(topic)
+        if count is None:
+            found = topic_configs.read(self.config.log_dir, topic)
+            count = found["partitions"] if found and isinstance(found.get("partitions"), int) else 0
+            if len(self._created_counts) > 100_000:
+                self._created_counts.clear()
+            self._created_counts[topic] = count
+        return count or self.config.partitions_for(topic)
+
+    def topic_created(self, topic: str, partitions: int) -> None:
+        """A modern client created ``topic`` with ``partitions`` (its file is written)."""
+        self._created_counts[topic] = partitions
+
+    def was_created(self, topic: str) -> bool:
+        """Whether a modern client created ``topic`` (CreateTopics): its count is kept."""
+        return self.partition_count(topic) > 0 and self._created_counts.get(topic, 0) > 0
+
+    def created_topics(self) -> list:
+        """The topics modern clients created through this acceptor (their logs may be a
+        moment from being published)."""
+        return [topic for topic, count in self._created_counts.items() if count]
 
     def target(self, topic: str, partition: int):
         """``(topic bytes, partition, route)`` or raise InvalidTopicError / ValueError /

@@ -157,6 +157,8 @@ class BrokerConfig:
             retention_ms=retention_hours * HOUR_MS,
             retention_bytes=self.log_retention_size,
             max_message_size=self.max_message_size,
+            min_insync_replicas=self.min_insync_replicas,
+            log_append_time=self.message_timestamp_type == "LOGAPPENDTIME",
         )
 
     @property

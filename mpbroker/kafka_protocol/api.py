@@ -44,6 +44,8 @@ SUPPORTED = {
     ApiKey.LIST_OFFSETS: Versions(1, 5, 1, 6),
     ApiKey.METADATA: Versions(0, 8, 0, 9),
     ApiKey.API_VERSIONS: Versions(0, 3, 0, 3),
+    ApiKey.CREATE_TOPICS: Versions(2, 4, 2, 5),
+    ApiKey.DESCRIBE_CONFIGS: Versions(1, 2, 1, 4),
 }
 
 

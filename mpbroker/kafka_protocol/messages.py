@@ -9,7 +9,13 @@ encoded by hand around the file ranges it sends (``fetch``), and the records of 
 produce are handed on as the bytes they came in.
 """
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+)
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -25,6 +31,7 @@ REQUESTS = {
     ApiKey.API_VERSIONS: ApiVersionsRequest,
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
+    ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
 }
 
 __all__ = ["REQUESTS", "decode_body", "encode_body", "ApiVersionsResponse", "MetadataResponse", "ProduceResponse",

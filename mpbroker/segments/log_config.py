@@ -19,6 +19,8 @@ class LogConfig:
     retention_ms: int = 168 * HOUR_MS  # log.retention.hours, topic.log.retention.hours
     retention_bytes: int = -1  # log.retention.size (-1: no size limit)
     max_message_size: int = 1_000_000  # max.message.size
+    min_insync_replicas: int = 1  # min.insync.replicas (a replicated topic's durability-2 produces)
+    log_append_time: bool = False  # message.timestamp.type=LogAppendTime (record batches take the append time)
 
     def __post_init__(self):
         for name in ("segment_bytes", "roll_ms", "flush_interval_messages", "flush_interval_ms", "retention_ms"):
@@ -26,6 +28,8 @@ class LogConfig:
                 raise ValueError(f"{name} must be positive, not {getattr(self, name)}")
         if self.retention_bytes < -1 or self.retention_bytes == 0:
             raise ValueError(f"retention_bytes must be positive or -1, not {self.retention_bytes}")
+        if self.min_insync_replicas <= 0:
+            raise ValueError(f"min_insync_replicas must be positive, not {self.min_insync_replicas}")
         if self.max_message_size <= 0:
             raise ValueError(f"max_message_size must be positive, not {self.max_message_size}")
 

@@ -210,7 +210,7 @@ class ProduceHandler:
 
     def _stamp(self, partition_log, group: list) -> None:
         """Write each batch's offsets (and LogAppendTime) for where it will be appended."""
-        append_time = wall_clock_ms() if self.config.message_timestamp_type == "LOGAPPENDTIME" else None
+        append_time = wall_clock_ms() if partition_log.config.log_append_time else None
         position = partition_log.log_end
         for produce in group:
             if produce.data:

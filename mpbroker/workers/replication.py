@@ -238,10 +238,10 @@ class ReplicaManager:
         if not self._may_act():
             return ErrorCode.NOT_LEADER, (f"{replica.topic}-{replica.partition}: no ZooKeeper lease (the session "
                                           f"may have expired), or roles not applied yet: not taking produces")
-        if mode == Mode.ACK_REPLICATED and len(replica.isr) < self.config.min_insync_replicas:
+        if mode == Mode.ACK_REPLICATED and len(replica.isr) < replica.log.config.min_insync_replicas:
             return ErrorCode.NOT_ENOUGH_REPLICAS, (f"{replica.topic}-{replica.partition}: ISR {list(replica.isr)} "
                                                    f"is smaller than min.insync.replicas "
-                                                   f"({self.config.min_insync_replicas})")
+                                                   f"({replica.log.config.min_insync_replicas})")
         return None
 
     def _may_act(self) -> bool:
@@ -320,7 +320,7 @@ class ReplicaManager:
             return  # none covered yet; or no acknowledgement without the lease: tick() tries again
         # Covered by an ISR that shrank below min.insync.replicas meanwhile: refused
         # (Kafka's NotEnoughReplicasAfterAppend), not acknowledged with too few copies.
-        code = ErrorCode.NO_ERROR if len(replica.isr) >= self.config.min_insync_replicas \
+        code = ErrorCode.NO_ERROR if len(replica.isr) >= replica.log.config.min_insync_replicas \
             else ErrorCode.NOT_ENOUGH_REPLICAS
         answer, encode_ack = self._answer, messages.encode_ack
         while waiters and waiters[0].next_offset <= high_watermark:  # in log order: the covered ones lead
@@ -329,7 +329,7 @@ class ReplicaManager:
                 answer(messages.KIND_ACK, encode_ack(
                     waiter.request_id, code, waiter.partition, -1, -1,
                     f"{replica.topic}-{replica.partition}: appended, but the ISR {list(replica.isr)} shrank "
-                    f"below min.insync.replicas ({self.config.min_insync_replicas})"))
+                    f"below min.insync.replicas ({replica.log.config.min_insync_replicas})"))
             else:
                 answer(messages.KIND_ACK, encode_ack(waiter.request_id, ErrorCode.NO_ERROR, waiter.partition,
                                                      waiter.offset, waiter.next_offset))

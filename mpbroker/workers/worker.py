@@ -26,6 +26,7 @@ child-process skeleton's (``process.child``).
 """
 
 import collections
+import functools
 import logging
 import time
 
@@ -38,7 +39,7 @@ from mpbroker.ipc.ring import Ring
 from mpbroker.logging_setup import set_level
 from mpbroker.ownership import owner_slot
 from mpbroker.process.child import ChildProcess
-from mpbroker.segments import LogManager
+from mpbroker.segments import LogManager, topic_configs
 from mpbroker.segments.log import FlushPostponedError, LogRemovedError
 from mpbroker.segments.recovery_points import (
     UNKNOWN,
@@ -75,7 +76,7 @@ class PartitionWorker(ChildProcess):
         self.answers = answers
         self.recover = recover
         num_workers = config.num_workers
-        self.logs = LogManager(config.log_dir, config.log_config_for,
+        self.logs = LogManager(config.log_dir, functools.partial(topic_log_config, config),
                                owns=lambda topic, partition: owner_slot(topic, partition, num_workers) == slot)
         self.table = table
         self.publisher = Publisher(table)
@@ -342,7 +343,7 @@ class PartitionWorker(ChildProcess):
         self.replication.config = config
         if self.fetcher is not None:
             self.fetcher.config = config
-        self.logs.reconfigure(config.log_config_for)
+        self.logs.reconfigure(functools.partial(topic_log_config, config))
         set_level(config.log_level)
         now = monotonic_ms()
         self._make_timers(now)
@@ -388,3 +389,10 @@ class PartitionWorker(ChildProcess):
             log.critical("closing logs failed: %s", exc)
             self.exit_code = EXIT_FLUSH_FAILED
         log.info("stopped: %d partition logs flushed and closed", len(self.publisher))
+
+
+def topic_log_config(config, topic: str):
+    """The topic's log settings: the broker's, with those a modern client gave the
+    topic at creation (``segments.topic_configs``)."""
+    found = topic_configs.read(config.log_dir, topic)
+    return topic_configs.applied(config.log_config_for(topic), found["configs"] if found else {})

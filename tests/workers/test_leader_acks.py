@@ -39,7 +39,7 @@ class Leader:
     """Broker 1 leading t-0 with followers 2 and 3; ``acks`` are the answers it sent."""
 
     def __init__(self, tmp_path):
-        self.log = Log.open(str(tmp_path), "t", 0, LogConfig(), recover=False)
+        self.log = Log.open(str(tmp_path), "t", 0, LogConfig(min_insync_replicas=Config.min_insync_replicas), recover=False)
         self.acks = []
         self.lease_ms = FOREVER_MS
         publisher = Publisher(PartitionTable(4))

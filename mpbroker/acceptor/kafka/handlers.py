@@ -15,6 +15,7 @@ import logging
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from mpbroker.acceptor.kafka.admin import AdminHandler
 from mpbroker.acceptor.kafka.answers import respond
 from mpbroker.acceptor.kafka.fetch import FetchHandler
 from mpbroker.acceptor.kafka.list_offsets import list_offsets
@@ -46,6 +47,7 @@ class KafkaRequestHandlers:
         self.metadata = MetadataHandler(config, segment_files, router, legacy_handlers, listening_port)
         self.produce = ProduceHandler(config, router, legacy_handlers, self.metadata)
         self.fetch = FetchHandler(config, self.reads, legacy_handlers, timers, to_send)
+        self.admin = AdminHandler(config, self.metadata, legacy_handlers)
         self._legacy = legacy_handlers
 
     def handle(self, connection, frame) -> None:
@@ -76,6 +78,10 @@ class KafkaRequestHandlers:
             self.metadata.handle(connection, request_header, body)
         elif api_key == ApiKey.LIST_OFFSETS:
             list_offsets(connection, request_header, body, self.reads, self._legacy)
+        elif api_key == ApiKey.CREATE_TOPICS:
+            self.admin.create_topics(connection, request_header, body)
+        elif api_key == ApiKey.DESCRIBE_CONFIGS:
+            self.admin.describe_configs(connection, request_header, body)
 
     def _api_versions(self, connection, frame, version: int, correlation_id: int) -> None:
         versions = SUPPORTED[ApiKey.API_VERSIONS]

@@ -68,7 +68,8 @@ class MetadataHandler:
             names = None  # v0: an empty list means every topic
         may_create = self.config.auto_create_topics_enable and (version < 4 or request.allow_auto_topic_creation)
         if names is None:
-            known = set(self._files.topics()) | set(self.cluster["topics"] if self.cluster else ())
+            known = (set(self._files.topics()) | set(self.cluster["topics"] if self.cluster else ())
+                     | set(self._legacy.created_topics()))
             topics = [self._topic(name, False, connection) for name in sorted(known)]
         else:
             topics = [self._topic(name, may_create, connection) for name in dict.fromkeys(names)]
@@ -113,7 +114,8 @@ class MetadataHandler:
         return _Topic(error_code=KafkaError.NONE, name=name, is_internal=False, partitions=partitions)
 
     def topic_exists(self, name: str) -> bool:
-        return self._files.knows_topic(name) or name in self._legacy.replicated
+        return (self._files.knows_topic(name) or name in self._legacy.replicated
+                or self._legacy.was_created(name))
 
     def create(self, name: str, connection) -> int:
         """Create ``name`` in the record-batch format: with ZooKeeper, the controller's
