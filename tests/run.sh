@@ -8,12 +8,14 @@ cd "$(dirname "$0")/.."
 # a real ZooKeeper for the registry and consumer-group tests (Java is present),
 # libfaketime to step the broker's date (tests/faults/test_clock_steps.py),
 # systemd-analyze to check ops/mpbroker.service, iproute2 (ip netns, veth, bridges,
-# blackhole routes) for the network faults (tests/faults/netcluster/).
+# blackhole routes) for the network faults (tests/faults/netcluster/), kcat (librdkafka's
+# command-line client) against the modern Kafka listener (tests/kafka/, the README walk).
 MISSING=""
 [ -e /usr/share/java/zookeeper.jar ] || MISSING="$MISSING zookeeper"
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || MISSING="$MISSING libfaketime"
 command -v systemd-analyze >/dev/null 2>&1 || MISSING="$MISSING systemd"
 command -v ip >/dev/null 2>&1 || MISSING="$MISSING iproute2"
+command -v kcat >/dev/null 2>&1 || MISSING="$MISSING kcat"
 if [ -n "$MISSING" ]; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

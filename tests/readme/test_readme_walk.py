@@ -2,11 +2,11 @@
 in order, in a fresh copy of the repository (``tests/readme/walk.py``), or is covered by the
 test its marker names, or says why it is not run (``tests/readme/readme_blocks.py``).
 
-What the walk adds is only what the README expects to be there: a ZooKeeper on
-localhost:2181 (the README installs one as a service; ``test_zookeeper_recipe.py`` runs that
+What the walk adds is only what the README expects to be there: kcat (tests/run.sh
+installs it), a ZooKeeper on localhost:2181 (the README installs one as a service; ``test_zookeeper_recipe.py`` runs that
 recipe), and for the mirror and the audit two source clusters and a target, each a broker
 registered under a chroot of that ZooKeeper (``/east``, ``/west``, ``/central``), with
-messages produced at the sources. Ports as the README writes them: 9092, 2181, 9100.
+messages produced at the sources. Ports as the README writes them: 9092, 9093, 2181, 9100.
 
 One test, in the README's order, because each part builds on the one before: the quick
 start makes the venv the rest uses; the standalone broker's topics are those the ZooKeeper
@@ -29,7 +29,7 @@ from tests.readme.walk import Walk
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-README_PORTS = (9092, 2181, 9100)
+README_PORTS = (9092, 9093, 2181, 9100)
 
 
 def test_every_block_is_walked_covered_or_says_why():
@@ -71,7 +71,8 @@ def _stop(background, sig=signal.SIGTERM, timeout: float = 60) -> int:
     return background.wait(timeout)
 
 
-WALKED = ("quick-start", "clients-python", "console-tools", "groups", "mirror", "audit", "spark-load")
+WALKED = ("quick-start", "kafka-clients", "kafka-clients-install", "kafka-clients-python", "clients-python",
+          "console-tools", "groups", "mirror", "audit", "spark-load")
 
 
 def test_the_readme_runs_as_written_from_a_fresh_clone(tmp_path):
@@ -91,6 +92,8 @@ def test_the_readme_runs_as_written_from_a_fresh_clone(tmp_path):
     assert "shutdown" in shutdown
     with walk.background(serve, "standalone-broker") as broker:
         walk.wait_port(9092, background=broker)
+        walk.wait_port(9093, background=broker)
+        _walk_kafka_clients(walk, blocks)
         _walk_clients(walk, blocks)
         walk.run(shutdown, timeout=120)
         assert broker.wait(60) == 0, broker.output()
@@ -110,6 +113,19 @@ def test_the_readme_runs_as_written_from_a_fresh_clone(tmp_path):
         finally:
             zk.stop()
             zk.close()
+
+
+def _walk_kafka_clients(walk: Walk, blocks) -> None:
+    listed, produced, consumed = blocks["kafka-clients"].commands
+    assert "broker 0 at " in walk.run(listed, timeout=60).stdout
+    walk.run(produced, timeout=60)
+    printed = walk.run(consumed, timeout=60).stdout
+    assert re.search(r"^u1 /home \(offset \d+\)$", printed, re.M), printed
+    assert re.search(r"^u2 /about \(offset \d+\)$", printed, re.M), printed
+    (install,) = blocks["kafka-clients-install"].commands
+    walk.run(install, timeout=600)
+    ran = walk.run(".venv/bin/python -", input=blocks["kafka-clients-python"].text, timeout=120)
+    assert "b'o-1' b'{\"sku\": 42}' [('source', b'web')]" in ran.stdout, ran.stdout
 
 
 def _walk_clients(walk: Walk, blocks) -> None:
