@@ -23,9 +23,12 @@ class KafkaError(IntEnum):
     INVALID_REQUIRED_ACKS = 21
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45  # an idempotent producer's batch after a gap (workers.producer_state)
+    INVALID_PRODUCER_EPOCH = 47  # ... from an epoch older than the producer's latest
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59  # never answered since KIP-360 (Kafka 2.5): see workers.producer_state
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76

@@ -21,12 +21,14 @@ elsewhere, and it touches nothing but file descriptors the Log keeps open for it
 import errno
 import logging
 import os
+from bisect import bisect_right
 from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments import retention, truncation
+from mpbroker.segments.batch_headers import iter_batch_headers
 from mpbroker.segments.durability import sync_directory
 from mpbroker.segments.leader_epochs import LeaderEpochs
 from mpbroker.segments.log_config import LogConfig
@@ -293,6 +295,14 @@ class Log:
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
         found = self.read(offset, max_bytes)
         return os.pread(found.file.fd, found.length, found.position) if found.length else b""
+
+    def batch_headers(self, from_offset: int | None = None):
+        """``(position, BatchHeader)`` of every record batch stored from the segment
+        holding ``from_offset`` (default: the log start) to the log end, flushed or not,
+        oldest first (``batch_headers``); for a log of record batches, on the owner's
+        thread. The batch stored at [p, q) with n records has offsets q - n .. q - 1."""
+        index = 0 if from_offset is None else max(bisect_right(self._bases, from_offset) - 1, 0)
+        return iter_batch_headers(self._segments[index:], self._bases[index])
 
     def offsets_before(self, time_ms: int, max_offsets: int) -> list:
         segments = [(segment.base, segment.mtime_ms()) for segment in self._segments]
