@@ -46,6 +46,7 @@ SUPPORTED = {
     ApiKey.API_VERSIONS: Versions(0, 3, 0, 3),
     ApiKey.CREATE_TOPICS: Versions(2, 4, 2, 5),
     ApiKey.DESCRIBE_CONFIGS: Versions(1, 2, 1, 4),
+    ApiKey.INIT_PRODUCER_ID: Versions(0, 1, 0, 2),
 }
 
 

@@ -18,7 +18,7 @@ from kafka.protocol.admin import (
 )
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
-from kafka.protocol.producer import ProduceRequest, ProduceResponse
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, ProduceResponse
 
 from mpbroker.codec.framing import MalformedRequestError
 from mpbroker.kafka_protocol.api import ApiKey
@@ -32,6 +32,7 @@ REQUESTS = {
     ApiKey.CREATE_TOPICS: CreateTopicsRequest,
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
+    ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
 }
 
 __all__ = ["REQUESTS", "decode_body", "encode_body", "ApiVersionsResponse", "MetadataResponse", "ProduceResponse",

@@ -24,6 +24,7 @@ from mpbroker.kafka_protocol.errors import UNSUPPORTED_FOR_MESSAGE_FORMAT
 from mpbroker.records.errors import RecordBatchError
 from mpbroker.throttled_log import ThrottledLog
 from mpbroker.workers import record_batches
+from mpbroker.workers.producer_state import APPEND
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ _ACK_ON_APPEND = (Mode.ACK_APPEND, Mode.ACK_REPLICATED)
 
 class _Produce:
     __slots__ = ("request_id", "topic", "partition", "mode", "data", "messages", "record_batches", "batches",
-                 "first_offset")
+                 "first_offset", "duplicate_end")
 
     def __init__(self, request_id, topic, partition, mode, data):
         self.request_id = request_id
@@ -45,6 +46,7 @@ class _Produce:
         self.messages = 0
         self.batches = ()  # a modern produce's BatchInfo, once validated
         self.first_offset = -1  # ... and its first record's offset, once appended
+        self.duplicate_end = -1  # a retried idempotent produce: where the original ends (not written again)
 
 
 class ProduceHandler:
@@ -59,6 +61,7 @@ class ProduceHandler:
         self._topics = {}  # topic bytes -> str
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
         self._storage_failures = ThrottledLog(log)  # appends failing while a disk is full
+        self._producers = record_batches.IdempotentProducers()  # idempotent producers' sequences, per log
 
     def handle(self, records) -> None:
         """Handle a batch of ring records ``(kind, body view)``; copies what it keeps."""
@@ -158,8 +161,11 @@ class ProduceHandler:
         group = self._of_the_log_format(partition_log, group)
         if not group:
             return
+        layer = None
         if partition_log.record_batches:
-            self._stamp(partition_log, group)
+            group, layer = self._stamp(partition_log, group)
+            if not group:
+                return
         data = [produce.data for produce in group if produce.data]
         total_messages = sum(produce.messages for produce in group)
         try:
@@ -169,22 +175,24 @@ class ProduceHandler:
         except (MPBrokerError, OSError) as exc:  # disk full, I/O error: nothing was written
             self._fail_group(topic, partition, group, exc)
             return
+        if layer is not None:
+            self._producers.appended(partition_log, layer)
         if self._storage_failures.active:
             self._storage_failures.ended((topic, partition), f"appending to {topic}-{partition}")
         self._publisher.count(partition_log, total_messages, sum(len(chunk) for chunk in data))
         for produce in group:
             next_offset = offset + len(produce.data)
+            # A modern produce is told its first record's offset; a retried one, the original's.
+            told = offset if produce.first_offset < 0 else produce.first_offset
+            end = next_offset if produce.duplicate_end < 0 else produce.duplicate_end
             if replica is not None and produce.mode == Mode.ACK_REPLICATED:
-                self._replication.wait_for_replicas(
-                    replica, produce.request_id, produce.partition,
-                    offset if produce.first_offset < 0 else produce.first_offset, next_offset)
+                self._replication.wait_for_replicas(replica, produce.request_id, produce.partition, told, end)
             elif produce.mode in _ACK_ON_APPEND or (produce.mode == Mode.ACK_FLUSH
-                                                    and next_offset <= partition_log.flushed_end):
-                # (an empty set with nothing unflushed); a modern produce is told its first record's offset
-                self._acknowledge(produce, offset if produce.first_offset < 0 else produce.first_offset, next_offset)
+                                                    and end <= partition_log.flushed_end):
+                self._acknowledge(produce, told, end)  # (or an empty set with nothing unflushed)
             elif produce.mode == Mode.ACK_FLUSH:
                 self._flush_waiters.setdefault(partition_log, []).append(
-                    (next_offset, produce.request_id, produce.partition, offset))
+                    (end, produce.request_id, produce.partition, told))
             offset = next_offset
         if partition_log in self._flush_waiters or partition_log.flush_due():
             self._flusher.request(partition_log)
@@ -208,15 +216,31 @@ class ProduceHandler:
                            f"(written by modern clients)")
         return kept
 
-    def _stamp(self, partition_log, group: list) -> None:
-        """Write each batch's offsets (and LogAppendTime) for where it will be appended."""
+    def _stamp(self, partition_log, group: list) -> tuple:
+        """Judge each produce's batches against its producers' sequences and write the
+        offsets (and LogAppendTime) of those to append for where they will land. Returns
+        the produces to append or answer (a retried one stays, emptied) and the layer of
+        producer state to commit once they are written."""
         append_time = wall_clock_ms() if partition_log.config.log_append_time else None
+        layer = self._producers.begin(partition_log)
         position = partition_log.log_end
+        kept = []
         for produce in group:
             if produce.data:
-                produce.data, produce.first_offset = record_batches.stamped(produce.data, produce.batches, position,
-                                                                            append_time)
-                position += len(produce.data)
+                verdict = record_batches.judged(layer, produce, position)
+                if verdict is APPEND:
+                    produce.data, produce.first_offset = record_batches.stamped(produce.data, produce.batches,
+                                                                                position, append_time)
+                    position += len(produce.data)
+                elif verdict.error == 0:  # a retry of a batch already written
+                    produce.data, produce.messages = b"", 0
+                    produce.first_offset, produce.duplicate_end = verdict.first_offset, verdict.next_offset
+                else:
+                    self._refuse(produce, KAFKA_ERROR_BASE + verdict.error,
+                                 f"{produce.topic}-{produce.partition}: {verdict.reason}")
+                    continue
+            kept.append(produce)
+        return kept, layer
 
     def _admitted(self, replica, group: list) -> list:
         """The produces of ``group`` the replicated partition takes now; the others are

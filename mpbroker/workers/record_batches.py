@@ -11,9 +11,14 @@ is stored uncompressed instead (``reencode_uncompressed``; rare: records of unde
 byte each after compression). With ``message.timestamp.type=LogAppendTime`` each
 batch takes the append time (and a new CRC). Otherwise the bytes are written as they
 came.
+
+Idempotent producers (a producer id in the batch): a batch that repeats one of the
+producer's last five is not written again and is answered with its original offsets;
+a gap in the sequence or a fenced epoch is refused (``producer_state``).
 """
 
 from mpbroker.records.batch import reencode_uncompressed, stamp_batch, validate_batches
+from mpbroker.workers.producer_state import ProducerStates, Verdict
 
 
 def checked(data: bytes, config) -> tuple:
@@ -35,3 +40,36 @@ def stamped(data: bytes, batches, position: int, log_append_time_ms) -> tuple:
         stamp_batch(buffer, batch.start, position + batch.end - batch.records, log_append_time_ms=log_append_time_ms)
     first = position + batches[0].end - batches[0].records if batches else position
     return buffer, first
+
+
+class IdempotentProducers:
+    """The idempotent producers' state (``producer_state.ProducerStates``) of each
+    record-batch log this worker appends to: built from the log at its first produce,
+    and again whenever the log's end moved by other means than this worker's appends
+    (a follower copying its leader, a truncation): a leader then starts from what its
+    log holds, as Kafka rebuilds it from the log."""
+
+    def __init__(self):
+        self._states = {}  # Log -> (ProducerStates, the log end it describes)
+
+    def begin(self, partition_log):
+        """A layer of judgements over the log's state, committed once appended."""
+        states, end = self._states.get(partition_log, (None, -1))
+        if states is None or end != partition_log.log_end:
+            states = ProducerStates.from_log(partition_log)
+            self._states[partition_log] = (states, partition_log.log_end)
+        return states.begin()
+
+    def appended(self, partition_log, layer) -> None:
+        states, _ = self._states[partition_log]
+        layer.commit()
+        self._states[partition_log] = (states, partition_log.log_end)
+
+    def forget(self, partition_log) -> None:
+        self._states.pop(partition_log, None)
+
+
+def judged(layer, produce, position: int) -> Verdict:
+    """The verdict on ``produce``'s batches appended at ``position`` (APPEND, DUPLICATE,
+    or a refusal with its Kafka code)."""
+    return layer.check_produce(produce.batches, position)

@@ -21,6 +21,7 @@ from mpbroker.acceptor.kafka.fetch import FetchHandler
 from mpbroker.acceptor.kafka.list_offsets import list_offsets
 from mpbroker.acceptor.kafka.metadata import MetadataHandler
 from mpbroker.acceptor.kafka.produce import ProduceHandler
+from mpbroker.acceptor.kafka.producer_ids import ProducerIds
 from mpbroker.acceptor.kafka.reads import ModernReads
 from mpbroker.codec.framing import MalformedRequestError
 from mpbroker.ipc.counters import KAFKA_REQUESTS, MODERN_API_KEYS
@@ -48,6 +49,7 @@ class KafkaRequestHandlers:
         self.produce = ProduceHandler(config, router, legacy_handlers, self.metadata)
         self.fetch = FetchHandler(config, self.reads, legacy_handlers, timers, to_send)
         self.admin = AdminHandler(config, self.metadata, legacy_handlers)
+        self.producer_ids = ProducerIds(config)
         self._legacy = legacy_handlers
 
     def handle(self, connection, frame) -> None:
@@ -82,6 +84,8 @@ class KafkaRequestHandlers:
             self.admin.create_topics(connection, request_header, body)
         elif api_key == ApiKey.DESCRIBE_CONFIGS:
             self.admin.describe_configs(connection, request_header, body)
+        elif api_key == ApiKey.INIT_PRODUCER_ID:
+            self.producer_ids.handle(connection, request_header, body)
 
     def _api_versions(self, connection, frame, version: int, correlation_id: int) -> None:
         versions = SUPPORTED[ApiKey.API_VERSIONS]

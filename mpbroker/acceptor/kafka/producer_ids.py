@@ -1,0 +1,52 @@
+"""InitProducerId: a producer id and epoch for an idempotent producer.
+
+Each InitProducerId without a ``transactional.id`` gets a brand-new id, epoch 0 (as
+Kafka's coordinator answers it), from blocks reserved durably in ``log.dir``
+(``segments.producer_ids``; the first block is reserved at start, off the request
+path). On a ZooKeeper cluster each broker hands out ids in its own range, broker id
+times 2^44 plus its own count, so that no two brokers ever hand out one id without a
+shared counter. A ``transactional.id`` is refused (transactions are not served) with
+INVALID_REQUEST; a block that cannot be written, with KAFKA_STORAGE_ERROR (the client
+retries).
+"""
+
+import logging
+
+from kafka.protocol.producer import InitProducerIdResponse
+
+from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.codec.errors import MPBrokerError
+from mpbroker.kafka_protocol.api import ApiKey
+from mpbroker.kafka_protocol.errors import KafkaError
+from mpbroker.segments.producer_ids import ProducerIdAllocator
+
+log = logging.getLogger(__name__)
+
+BROKER_RANGE_BITS = 44
+
+
+class ProducerIds:
+    def __init__(self, config):
+        self._allocator = ProducerIdAllocator(config.log_dir, config.brokerid)
+        self._base = config.brokerid << BROKER_RANGE_BITS if config.enable_zookeeper else 0
+        try:
+            self._allocator.reserve()
+        except MPBrokerError as exc:
+            log.error("cannot reserve producer ids: %s; InitProducerId is refused until it can", exc)
+
+    def handle(self, connection, request_header, request) -> None:
+        version = request_header.api_version
+        error, producer_id = KafkaError.NONE, -1
+        if request.transactional_id is not None:
+            log.info("%r: InitProducerId for transactional id %r refused: transactions are not served", connection,
+                     request.transactional_id)
+            error = KafkaError.INVALID_REQUEST
+        else:
+            try:
+                producer_id = self._base + self._allocator.next_id()
+            except MPBrokerError as exc:
+                log.error("InitProducerId: %s", exc)
+                error = KafkaError.KAFKA_STORAGE_ERROR
+        respond(connection, request_header.correlation_id, ApiKey.INIT_PRODUCER_ID, version,
+                InitProducerIdResponse[version](throttle_time_ms=0, error_code=error, producer_id=producer_id,
+                                                producer_epoch=0 if producer_id >= 0 else -1))
