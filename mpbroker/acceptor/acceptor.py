@@ -55,6 +55,8 @@ from mpbroker.ipc.counters import (
     CONNECTIONS_ACCEPTED,
     CONNECTIONS_OPEN,
     CONNECTIONS_REFUSED,
+    KAFKA_CONNECTIONS_ACCEPTED,
+    KAFKA_CONNECTIONS_OPEN,
     MALFORMED_REQUESTS,
 )
 from mpbroker.ipc.ring import Ring
@@ -114,6 +116,7 @@ class Acceptor(ChildProcess):
 
     def start(self):
         self.counters[CONNECTIONS_OPEN] = 0  # a predecessor's connections died with it
+        self.counters[KAFKA_CONNECTIONS_OPEN] = 0
         for route in self.router.routes:
             if self.slots.read(route.slot).state == SlotState.UP:
                 self.router.worker_up(route)
@@ -231,6 +234,9 @@ class Acceptor(ChildProcess):
             self.connections[connection.fd] = connection
             self.counters[CONNECTIONS_ACCEPTED] += 1
             self.counters[CONNECTIONS_OPEN] = len(self.connections)
+            if connection.handlers is self.kafka_handlers:
+                self.counters[KAFKA_CONNECTIONS_ACCEPTED] += 1
+                self.counters[KAFKA_CONNECTIONS_OPEN] += 1
             self.selector.register(sock, selectors.EVENT_READ, connection)
 
     def _refuse(self, sock: socket.socket, kind: str, message: str) -> None:
@@ -379,6 +385,8 @@ class Acceptor(ChildProcess):
             pass
         self.connections.pop(connection.fd, None)
         self.counters[CONNECTIONS_OPEN] = len(self.connections)
+        if connection.handlers is self.kafka_handlers and self.counters[KAFKA_CONNECTIONS_OPEN]:
+            self.counters[KAFKA_CONNECTIONS_OPEN] -= 1
         self._addresses.release(address_of(connection.peer))
         self.router.forget(connection)
         connection.close()

@@ -107,6 +107,12 @@ def format_status(status: dict) -> str:
         else:
             out.append("zookeeper: no report from the registrar yet")
         out.append("")
+    kafka = status.get("kafka")
+    if kafka:
+        served = ", ".join(f"{name} {count}" for name, count in kafka["requests"].items() if count) or "none yet"
+        out.append(f"kafka protocol: port {kafka['port']}, {kafka['connections_open']} connections open "
+                   f"({kafka['connections_accepted']} accepted); requests: {served}")
+        out.append("")
     metrics = status.get("metrics")
     if metrics:
         out.append(f"metrics: http://{metrics['host'] or '0.0.0.0'}:{metrics['port']}/metrics")

@@ -31,9 +31,10 @@ CONNECTIONS_OPEN = 11  # a gauge: the acceptor stores its current number
 # 18 ApiVersions, 19 CreateTopics, 20 DeleteTopics, 22 InitProducerId, 32 DescribeConfigs).
 MODERN_API_KEYS = (0, 1, 2, 3, 18, 19, 20, 22, 32)
 KAFKA_REQUESTS = 12  # KAFKA_REQUESTS + index in MODERN_API_KEYS: modern requests of that API
-KAFKA_CONNECTIONS_ACCEPTED = KAFKA_REQUESTS + len(MODERN_API_KEYS)
+KAFKA_CONNECTIONS_ACCEPTED = KAFKA_REQUESTS + len(MODERN_API_KEYS)  # of CONNECTIONS_ACCEPTED, on kafka.port
+KAFKA_CONNECTIONS_OPEN = KAFKA_CONNECTIONS_ACCEPTED + 1  # a gauge: of CONNECTIONS_OPEN, on kafka.port
 
-assert KAFKA_CONNECTIONS_ACCEPTED < ROW_WORDS
+assert KAFKA_CONNECTIONS_OPEN < ROW_WORDS
 
 # --- a worker's row -------------------------------------------------------------------
 FLUSHES = 0

@@ -89,6 +89,11 @@ class BrokerCollector:
         for index, key in enumerate(c.MODERN_API_KEYS):
             modern.add_metric([_MODERN_API_NAMES[key]], row[c.KAFKA_REQUESTS + index])
         yield modern
+        yield CounterMetricFamily("mpbroker_kafka_connections_accepted",
+                                  "client connections accepted on kafka.port (counted in the totals too)",
+                                  value=row[c.KAFKA_CONNECTIONS_ACCEPTED])
+        yield GaugeMetricFamily("mpbroker_kafka_connections_open", "client connections open now on kafka.port",
+                                value=row[c.KAFKA_CONNECTIONS_OPEN])
         for name, index, documentation in (
                 ("mpbroker_malformed_requests", c.MALFORMED_REQUESTS, "requests refused as malformed"),
                 ("mpbroker_received_bytes", c.BYTES_RECEIVED, "bytes received from clients"),

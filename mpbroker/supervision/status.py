@@ -12,8 +12,10 @@ import collections
 import time
 
 from mpbroker.clock import monotonic_ms
+from mpbroker.ipc import counters
 from mpbroker.ipc.partition_table import Role, published_partitions
 from mpbroker.ipc.slot_table import SlotState
+from mpbroker.kafka_protocol.api import ApiKey
 
 RATE_SAMPLE_S = 5.0
 RATE_WINDOW_S = 60.0
@@ -95,7 +97,8 @@ def broker_status(supervisor) -> dict:
                for child in supervisor.workers]
     registrar, metrics = supervisor.registrar, supervisor.metrics
     return {
-        "ok": True, "pid": supervisor.pid, "brokerid": config.brokerid, "port": supervisor.port, "kafka_port": supervisor.kafka_port,
+        "ok": True, "pid": supervisor.pid, "brokerid": config.brokerid, "port": supervisor.port,
+        "kafka_port": supervisor.kafka_port, "kafka": kafka_listener_status(supervisor),
         "phase": supervisor.phase, "ready": supervisor.ready,
         "uptime_s": round(time.monotonic() - supervisor.started_at, 1),
         "log_dir": config.log_dir, "scheduling": supervisor.scheduling, "workers": workers,
@@ -107,3 +110,15 @@ def broker_status(supervisor) -> dict:
                     "port": supervisor.metrics_listener.getsockname()[1]} if metrics else None,
         "partitions": partitions,
     }
+
+
+def kafka_listener_status(supervisor):
+    """The modern listener: its port, its connections open now and its requests per API
+    (from the acceptor's counter row), or None with ``kafka.port=-1``."""
+    if supervisor.kafka_port is None:
+        return None
+    row = supervisor.memory.counters.read(supervisor.acceptor.slot)
+    requests = {ApiKey(key).name.lower(): row[counters.KAFKA_REQUESTS + index]
+                for index, key in enumerate(counters.MODERN_API_KEYS)}
+    return {"port": supervisor.kafka_port, "connections_open": row[counters.KAFKA_CONNECTIONS_OPEN],
+            "connections_accepted": row[counters.KAFKA_CONNECTIONS_ACCEPTED], "requests": requests}
