@@ -173,3 +173,6 @@ def test_still_healthy_after_fuzzing(fuzz_broker):
     assert all(p["restarts"] == 0 and p["state"] == "up" for p in [*status["workers"], status["acceptor"]])
     with Wire(fuzz_broker) as wire:
         assert wire.api_versions(0).error_code == 0
+    # "../x" was among the topics: nothing of it exists, in the log directory or above it
+    for directory, dirs, _ in os.walk(os.path.dirname(os.path.dirname(fuzz_broker.log_dir))):
+        assert not any(d == "x" or d.startswith("x-") for d in dirs), (directory, dirs)
