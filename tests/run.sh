@@ -24,6 +24,13 @@ if [ -n "$MISSING" ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $MISSING >/dev/null
 fi
 
+# kafkajs for tests/kafka/test_kafkajs.py (Node is present), in a cache outside the repository.
+NODE_CACHE="$HOME/.cache/mpbroker-test-node"
+if [ ! -e "$NODE_CACHE/node_modules/kafkajs/package.json" ]; then
+    npm install --prefix "$NODE_CACHE" --no-audit --no-fund --silent kafkajs@2.2.4 >/dev/null
+fi
+export MPBROKER_NODE_MODULES="$NODE_CACHE/node_modules"
+
 VENV=${MPBROKER_VENV:-.venv}
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"

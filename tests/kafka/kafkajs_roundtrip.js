@@ -1,0 +1,70 @@
+// kafkajs 2.2.4 against mpbroker's modern listener (tests/kafka/test_kafkajs.py).
+// Usage: node kafkajs_roundtrip.js BOOTSTRAP TOPIC produce|consume
+//   produce: the producer (acks -1, then 1; no compression, then gzip: the other codecs
+//     are plugins kafkajs does not ship) sends keyed messages with headers and
+//     timestamps to partition 0; the admin client reads the topic's metadata and
+//     offsets. Prints one JSON object: what was sent, the produce answers, the metadata.
+//   consume: a consumer (kafkajs needs a group: FindCoordinator, JoinGroup...) tries to
+//     read partition 0 for a few seconds; prints {"error": ...} or {"messages": [...]}.
+'use strict';
+const path = require('path');
+const modules = process.env.MPBROKER_NODE_MODULES ||
+  path.join(process.env.HOME || '', '.cache', 'mpbroker-test-node', 'node_modules');
+const { Kafka, CompressionTypes, logLevel } = require(path.join(modules, 'kafkajs'));
+
+const [bootstrap, topic, mode] = process.argv.slice(2);
+const kafka = new Kafka({ clientId: 'mpbroker-test', brokers: [bootstrap], logLevel: logLevel.NOTHING,
+  retry: { retries: 2 } });
+const BASE_TS = 1700000000000;
+
+async function produce() {
+  const producer = kafka.producer();
+  const admin = kafka.admin();
+  await producer.connect();
+  const sent = [];
+  const answers = [];
+  const rounds = [[-1, CompressionTypes.None], [1, CompressionTypes.GZIP]];
+  for (const [acks, compression] of rounds) {
+    const messages = [];
+    for (let i = 0; i < 3; i++) {
+      const n = sent.length;
+      const message = { key: `key-${n}`, value: `value-${n}`, partition: 0,
+        timestamp: String(BASE_TS + n), headers: { h: `x${n}` } };
+      messages.push(message);
+      sent.push({ key: message.key, value: message.value, timestamp: BASE_TS + n, headers: { h: `x${n}` } });
+    }
+    const answer = await producer.send({ topic, acks, compression, messages });
+    answers.push(...answer.map((a) => ({ partition: a.partition, errorCode: a.errorCode, baseOffset: a.baseOffset })));
+  }
+  await producer.disconnect();
+  await admin.connect();
+  const metadata = await admin.fetchTopicMetadata({ topics: [topic] });
+  const offsets = await admin.fetchTopicOffsets(topic);
+  await admin.disconnect();
+  return { sent, answers, metadata, offsets };
+}
+
+async function consume() {
+  const consumer = kafka.consumer({ groupId: 'mpbroker-test', sessionTimeout: 6000, rebalanceTimeout: 3000 });
+  const messages = [];
+  let crashed = null;
+  consumer.on(consumer.events.CRASH, (event) => { crashed = `${event.payload.error.name}: ${event.payload.error.message}`; });
+  try {
+    await consumer.connect();
+    await consumer.subscribe({ topic, fromBeginning: true });
+    await consumer.run({ eachMessage: async ({ message }) => { messages.push(message.value.toString()); } });
+    for (let i = 0; i < 40 && crashed === null && messages.length === 0; i++) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    if (crashed !== null) return { error: crashed };
+  } catch (error) {
+    return { error: `${error.name}: ${error.message}` };
+  } finally {
+    await consumer.disconnect().catch(() => {});
+  }
+  return { messages };
+}
+
+(mode === 'consume' ? consume() : produce()).then(
+  (result) => { process.stdout.write(JSON.stringify(result) + '\n'); process.exit(0); },
+  (error) => { process.stderr.write(`${error.name}: ${error.message}\n${error.stack}\n`); process.exit(1); });
