@@ -67,7 +67,7 @@ class SegmentFile:
 
 class _PartitionView:
     __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state", "epochs", "record_batches",
-                 "boundaries")
+                 "boundaries", "newest_times")
 
     def __init__(self, table, index: int, directory: str):
         self.table = table
@@ -80,6 +80,7 @@ class _PartitionView:
         self.epochs = None  # (leader epoch, LeaderEpochs read while it was current)
         self.record_batches = None  # whether the log holds record batches (its format file; read once)
         self.boundaries = {}  # segment base -> known batch or message starts in it (modern reads)
+        self.newest_times = {}  # segment base -> (read up to, its newest record time there): ListOffsets by time
 
     def refresh(self, state) -> None:
         """Re-list the segment files if the worker changed the segment list. A cached

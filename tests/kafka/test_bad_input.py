@@ -151,10 +151,7 @@ def test_hostile_topic_name(kafka_broker, name):
     assert_still_serving(kafka_broker)
 
 
-@pytest.mark.parametrize("partition", [2, 5, 2**31 - 1, pytest.param(-1, marks=pytest.mark.xfail(
-    strict=True, reason="Produce to partition -1 is accepted (error 0, a base offset) and the batch is appended to "
-    "a partition the broker picks (0.7's 'any partition' in legacy target()), where Kafka answers "
-    "UNKNOWN_TOPIC_OR_PARTITION")), -2])
+@pytest.mark.parametrize("partition", [2, 5, 2**31 - 1, -1, -2])
 def test_unknown_partition(kafka_broker, topic, partition):
     with Wire(kafka_broker) as wire:
         assert wire.produce(topic, 0, good_batch())[0] == 0

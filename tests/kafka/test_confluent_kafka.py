@@ -133,10 +133,6 @@ def test_offsets_for_times(kafka_broker, topic):
     assert offsets_for_time(kafka_broker, topic, BASE_TS + 60_001) == -1
 
 
-@pytest.mark.xfail(strict=True, reason="ListOffsets by time skips a segment whose mtime is older than the "
-                   "asked time (reads.offset_for_time), so a record whose CreateTime is later than the broker's "
-                   "clock at its append (a producer clock ahead, or a time set by the client) is never found: "
-                   "the answer is offset -1")
 def test_offsets_for_times_record_time_ahead_of_broker_clock(kafka_broker, topic):
     ahead = int(time.time() * 1000) + 3_600_000
     [(err, offset)] = produce(kafka_broker, topic, [(None, b"from the future", None, ahead)])

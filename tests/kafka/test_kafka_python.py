@@ -83,7 +83,6 @@ def test_end_offsets(kafka_broker, topic):
         consumer.close()
 
 
-@pytest.mark.xfail(strict=True, reason="InitProducerId not served yet")
 def test_default_idempotent_producer(kafka_broker, topic):
     producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, max_block_ms=5000)
     try:

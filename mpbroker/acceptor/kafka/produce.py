@@ -120,6 +120,8 @@ class ProduceHandler:
 
     def _target(self, topic, partition):
         """``(topic bytes, partition, route)``, or the error code to answer with."""
+        if partition < 0:  # (0.7's -1, "a partition at random", has no meaning here)
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         try:
             target = self._legacy.target(topic, partition)
         except InvalidTopicError:

@@ -229,40 +229,52 @@ _MAX_TIMESTAMP_AT = 35
 
 def offset_for_time(reads: ModernReads, topic: str, partition: int, time_ms: int) -> tuple:
     """``(error, timestamp, offset)`` of the first batch whose newest record is at or
-    after ``time_ms`` (its first offset); ``(0, -1, -1)`` when none is. A 0.7 log has no
-    record times: its segments' modification times stand in (as 0.7's OFFSETS does),
-    and the answer is the first segment written to at or after ``time_ms``."""
+    after ``time_ms`` (its first offset); ``(0, -1, -1)`` when none is.
+
+    A log of record batches is searched by its batches' maxTimestamp: a segment whose
+    newest record is older is skipped by what an earlier search learned of it (the
+    newest time in it and how far it was read: a segment only grows), else its headers
+    are walked. A 0.7 log has no record times: its segments' modification times stand
+    in (as 0.7's OFFSETS does), and the answer is the first segment written to at or
+    after ``time_ms``."""
     error, view, state, end = reads.bounds(topic, partition)
     if error or view is None:
         return error, -1, -1
     bases = [base for base in view.bases if base < end]
+    batches = reads.record_batches(view)
     for index, base in enumerate(bases):
-        path = os.path.join(view.directory, f"{base:020d}.kafka")
-        try:
-            modified_ms = os.stat(path).st_mtime_ns // 1_000_000
-        except FileNotFoundError:
-            continue
-        if modified_ms < time_ms:
-            continue
-        if not reads.record_batches(view):
-            return KafkaError.NONE, modified_ms, max(base, state.log_start)
         segment_end = min(bases[index + 1], end) if index + 1 < len(bases) else end
-        found = _first_batch_at_or_after(view.file(index).fd, base, max(base, state.log_start), segment_end, time_ms)
-        if found is not None:
-            return (KafkaError.NONE, *found)
+        start = max(base, state.log_start)
+        if not batches:
+            try:
+                modified_ms = os.stat(os.path.join(view.directory, f"{base:020d}.kafka")).st_mtime_ns // 1_000_000
+            except FileNotFoundError:
+                continue
+            if modified_ms >= time_ms:
+                return KafkaError.NONE, modified_ms, start
+            continue
+        read_to, newest = view.newest_times.get(base, (start, -1))
+        if newest >= time_ms or read_to < segment_end:
+            found, read_to, newest = _first_batch_at_or_after(view.file(index).fd, base, start, segment_end, time_ms)
+            view.newest_times[base] = (read_to, newest)
+            if found is not None:
+                return (KafkaError.NONE, *found)
     return KafkaError.NONE, -1, -1
 
 
-def _first_batch_at_or_after(fd, base: int, start: int, segment_end: int, time_ms: int):
+def _first_batch_at_or_after(fd, base: int, start: int, segment_end: int, time_ms: int) -> tuple:
+    """``((timestamp, first offset) or None, where the walk stopped, the newest time seen)``."""
     position = start
+    newest = -1
     while position < segment_end:
         head = os.pread(fd, BATCH_HEADER_BYTES, position - base)
         if len(head) < BATCH_HEADER_BYTES:
-            return None
+            break
         length = _batch_length(head, 0)
         max_timestamp = _MAX_TIMESTAMP.unpack_from(head, _MAX_TIMESTAMP_AT)[0]
+        newest = max(newest, max_timestamp)
         if max_timestamp >= time_ms:
             first_offset = position + length - 1 - _LAST_OFFSET_DELTA.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0]
-            return max_timestamp, first_offset
+            return (max_timestamp, first_offset), position, newest
         position += length
-    return None
+    return None, position, newest
