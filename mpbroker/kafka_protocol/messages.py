@@ -53,3 +53,48 @@ def decode_body(api_key: int, version: int, body):
 def encode_body(response, version: int) -> bytes:
     """A response object's body in ``version`` (no header, no size)."""
     return bytes(response.encode(version=version))
+
+
+def _every_message_class() -> dict:
+    """``{(api key, "request" | "response"): class}`` for every API kafka-python knows."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import kafka.protocol
+    from kafka.protocol.api_message import ApiMessage
+
+    found = {}
+    for module_info in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol."):
+        try:
+            module = importlib.import_module(module_info.name)
+        except Exception:  # a module of the library that does not import here: its APIs stay unknown
+            continue
+        for value in vars(module).values():
+            if inspect.isclass(value) and issubclass(value, ApiMessage) and getattr(value, "_json", None):
+                kind = value._json.get("type")
+                if kind in ("request", "response"):
+                    found.setdefault((value._json["apiKey"], kind), value)
+    return found
+
+
+_EVERY = None
+
+
+def unserved_answer(api_key: int, version: int):
+    """For an API this broker does not serve: ``(request class, response object)`` with
+    its top-level error set to UNSUPPORTED_VERSION, when kafka-python knows the API and
+    version and its answer has a top-level error; else None (no answer of that form can
+    be made)."""
+    global _EVERY
+    if _EVERY is None:
+        _EVERY = _every_message_class()
+    request_class = _EVERY.get((api_key, "request"))
+    response_class = _EVERY.get((api_key, "response"))
+    if request_class is None or response_class is None or not 0 <= version <= response_class.max_version:
+        return None
+    fields = response_class._struct._fields
+    names = {field.name for field in (fields.values() if isinstance(fields, dict) else fields)}
+    if "error_code" not in names:
+        return None
+    return request_class, response_class[version](error_code=35)

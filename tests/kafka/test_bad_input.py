@@ -46,11 +46,27 @@ def test_malformed_frame_closes_connection(kafka_broker, frame):
     assert_still_serving(kafka_broker)
 
 
-@pytest.mark.parametrize("api_key", [10, 11, 22, 9999, -1])
+@pytest.mark.parametrize("api_key", [9999, -1, 22])  # unknown keys; InitProducerId with no body (malformed)
 def test_unknown_api_key_closes_connection(kafka_broker, api_key):
     with Wire(kafka_broker) as wire:
         wire.send(request_frame(api_key, 0, 1, b""))
         assert wire.closed_by_broker()
+    assert_still_serving(kafka_broker)
+
+
+@pytest.mark.parametrize("api_key, version", [(10, 0), (10, 2), (11, 5), (12, 3), (13, 3), (14, 3), (9, 5), (16, 2)])
+def test_an_api_not_served_gets_its_own_answer_with_unsupported_version(kafka_broker, api_key, version):
+    """FindCoordinator, the group APIs, OffsetCommit/Fetch (not served until consumer
+    groups are): answered in their own form with UNSUPPORTED_VERSION, the connection
+    kept (a client may send them)."""
+    from mpbroker.kafka_protocol.messages import unserved_answer
+
+    with Wire(kafka_broker) as wire:
+        request_class, _ = unserved_answer(api_key, version)
+        body = wire.call(api_key, version, b"")
+        answer = unserved_answer(api_key, version)[1].decode(body, version=version)
+        assert answer.error_code == UNSUPPORTED_VERSION, (request_class, answer)
+        assert wire.api_versions(0).error_code == 0  # the same connection goes on
     assert_still_serving(kafka_broker)
 
 

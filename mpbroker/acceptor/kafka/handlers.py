@@ -5,9 +5,10 @@ A request's header is read first. ApiVersions is answered in any version (an unk
 one with error 35 in v0 form and the versions served, KIP-511, so a newer client
 falls back). A request of a known API in a version it does not serve gets that
 API's answer with UNSUPPORTED_VERSION where the answer has a place for it (Produce
-0-2, advertised for old librdkafka's sake). A request whose API this broker does not
-know cannot be answered in its own form: its connection is closed with one log line,
-as Kafka does. Bytes that do not decode as the request they claim to be close the
+0-2, advertised for old librdkafka's sake). A request of an API not served here (the
+group APIs until they are) gets its own answer with UNSUPPORTED_VERSION as its
+top-level error, where kafka-python knows its form and it has one; otherwise it cannot
+be answered in its own form, and its connection is closed with one log line. Bytes that do not decode as the request they claim to be close the
 connection the same way (``MalformedRequestError``).
 """
 
@@ -59,7 +60,8 @@ class KafkaRequestHandlers:
         api_key, version, correlation_id = peeked
         versions = SUPPORTED.get(api_key)
         if versions is None:
-            raise MalformedRequestError(f"unknown API key {api_key} (version {version}): not served here")
+            self._unserved(connection, frame, api_key, version, correlation_id)
+            return
         self._counters[_COUNTER_BY_KEY[api_key]] += 1
         if api_key == ApiKey.API_VERSIONS:
             self._api_versions(connection, frame, version, correlation_id)
@@ -86,6 +88,21 @@ class KafkaRequestHandlers:
             self.admin.describe_configs(connection, request_header, body)
         elif api_key == ApiKey.INIT_PRODUCER_ID:
             self.producer_ids.handle(connection, request_header, body)
+
+    @staticmethod
+    def _unserved(connection, frame, api_key: int, version: int, correlation_id: int) -> None:
+        """An API not served here (not advertised either): its own answer with
+        UNSUPPORTED_VERSION where kafka-python knows its form and it has a top-level
+        error (FindCoordinator, the group APIs, ...); else the connection is closed."""
+        found = messages.unserved_answer(api_key, version)
+        if found is None:
+            raise MalformedRequestError(f"unknown API key {api_key} (version {version}): not served here")
+        request_class, answer = found
+        header.decode_request_header(frame, request_class.flexible_version_q(version))  # well-formed or closed
+        log.info("%r: API %d v%d is not served: answered UNSUPPORTED_VERSION", connection, api_key, version)
+        head = header.response_header(correlation_id, answer.flexible_version_q(version))
+        body = messages.encode_body(answer, version)
+        connection.respond([header.frame(len(head) + len(body)) + head + body])
 
     def _api_versions(self, connection, frame, version: int, correlation_id: int) -> None:
         versions = SUPPORTED[ApiKey.API_VERSIONS]
