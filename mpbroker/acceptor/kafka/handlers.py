@@ -66,9 +66,9 @@ class KafkaRequestHandlers:
         if api_key == ApiKey.API_VERSIONS:
             self._api_versions(connection, frame, version, correlation_id)
             return
-        if not versions.advertised(version):
-            raise MalformedRequestError(f"{ApiKey(api_key).name} v{version} is outside the versions advertised "
-                                        f"({versions.advertised_min}-{versions.advertised_max})")
+        if not versions.advertised(version):  # a client that did not ask ApiVersions first
+            self._unserved(connection, frame, api_key, version, correlation_id)
+            return
         flexible = api.flexible(api_key, version)
         request_header = header.decode_request_header(frame, flexible)
         body = messages.decode_body(api_key, version, memoryview(frame)[request_header.body_start:])
@@ -96,7 +96,8 @@ class KafkaRequestHandlers:
         error (FindCoordinator, the group APIs, ...); else the connection is closed."""
         found = messages.unserved_answer(api_key, version)
         if found is None:
-            raise MalformedRequestError(f"unknown API key {api_key} (version {version}): not served here")
+            raise MalformedRequestError(f"API key {api_key} version {version} is not served here, and has no "
+                                        f"answer with a top-level error to say so")
         request_class, answer = found
         header.decode_request_header(frame, request_class.flexible_version_q(version))  # well-formed or closed
         log.info("%r: API %d v%d is not served: answered UNSUPPORTED_VERSION", connection, api_key, version)
