@@ -94,7 +94,7 @@ def unserved_answer(api_key: int, version: int):
     if request_class is None or response_class is None or not 0 <= version <= response_class.max_version:
         return None
     fields = response_class._struct._fields
-    names = {field.name for field in (fields.values() if isinstance(fields, dict) else fields)}
-    if "error_code" not in names:
+    error = {field.name: field for field in (fields.values() if isinstance(fields, dict) else fields)}.get("error_code")
+    if error is None or not error.for_version_q(version):
         return None
     return request_class, response_class[version](error_code=35)
