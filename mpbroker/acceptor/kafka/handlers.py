@@ -52,6 +52,16 @@ class KafkaRequestHandlers:
         self.admin = AdminHandler(config, self.metadata, legacy_handlers)
         self.producer_ids = ProducerIds(config)
         self._legacy = legacy_handlers
+        self._by_key = {  # every served API but ApiVersions: handler(connection, request header, body)
+            ApiKey.PRODUCE: self.produce.handle,
+            ApiKey.FETCH: self.fetch.handle,
+            ApiKey.METADATA: self.metadata.handle,
+            ApiKey.LIST_OFFSETS: lambda connection, request_header, body: list_offsets(
+                connection, request_header, body, self.reads, legacy_handlers),
+            ApiKey.CREATE_TOPICS: self.admin.create_topics,
+            ApiKey.DESCRIBE_CONFIGS: self.admin.describe_configs,
+            ApiKey.INIT_PRODUCER_ID: self.producer_ids.handle,
+        }
 
     def handle(self, connection, frame) -> None:
         peeked = header.peek_correlation(frame)
@@ -74,20 +84,8 @@ class KafkaRequestHandlers:
         body = messages.decode_body(api_key, version, memoryview(frame)[request_header.body_start:])
         if not versions.served(version):  # advertised, not served: Produce 0-2
             self.produce.refuse_version(connection, request_header, body)
-        elif api_key == ApiKey.PRODUCE:
-            self.produce.handle(connection, request_header, body)
-        elif api_key == ApiKey.FETCH:
-            self.fetch.handle(connection, request_header, body)
-        elif api_key == ApiKey.METADATA:
-            self.metadata.handle(connection, request_header, body)
-        elif api_key == ApiKey.LIST_OFFSETS:
-            list_offsets(connection, request_header, body, self.reads, self._legacy)
-        elif api_key == ApiKey.CREATE_TOPICS:
-            self.admin.create_topics(connection, request_header, body)
-        elif api_key == ApiKey.DESCRIBE_CONFIGS:
-            self.admin.describe_configs(connection, request_header, body)
-        elif api_key == ApiKey.INIT_PRODUCER_ID:
-            self.producer_ids.handle(connection, request_header, body)
+        else:
+            self._by_key[api_key](connection, request_header, body)
 
     @staticmethod
     def _unserved(connection, frame, api_key: int, version: int, correlation_id: int) -> None:
