@@ -159,7 +159,7 @@ class ProduceHandler:
         if not group:
             return
         if partition_log.record_batches:
-            self._stamp(partition_log, group)
+            self._stamp(partition_log, group, None if replica is None else replica.leader_epoch)
         data = [produce.data for produce in group if produce.data]
         total_messages = sum(produce.messages for produce in group)
         try:
@@ -208,14 +208,16 @@ class ProduceHandler:
                            f"(written by modern clients)")
         return kept
 
-    def _stamp(self, partition_log, group: list) -> None:
-        """Write each batch's offsets (and LogAppendTime) for where it will be appended."""
+    def _stamp(self, partition_log, group: list, leader_epoch) -> None:
+        """Write each batch's offsets (and LogAppendTime) for where it will be appended,
+        and on a replicated partition the leader epoch it is appended under (Kafka's
+        partitionLeaderEpoch; the followers copy it with the bytes)."""
         append_time = wall_clock_ms() if self.config.message_timestamp_type == "LOGAPPENDTIME" else None
         position = partition_log.log_end
         for produce in group:
             if produce.data:
                 produce.data, produce.first_offset = record_batches.stamped(produce.data, produce.batches, position,
-                                                                            append_time)
+                                                                            append_time, leader_epoch)
                 position += len(produce.data)
 
     def _admitted(self, replica, group: list) -> list:
