@@ -8,10 +8,11 @@ not, and they were walked when the batch was produced). The first batch that fai
 ends the valid prefix: a torn tail after a power cut, or the end of a fetch answer.
 
 ``scan_batches`` says why it ended, as ``validate_message_set`` does for 0.7 messages:
-``truncated`` when the bytes end inside a batch whose length is plausible (fewer than
-the 12 bytes that hold the length, or a length past the end: a torn write, or a batch
-larger than the fetch asked for), else ``error`` names the bad bytes (a length below a
-header's, another magic, a CRC that does not match). It also counts the records of the
+``truncated`` when the bytes end inside a batch whose start is plausible (fewer than
+the 12 bytes that hold the length, or a length past the end with magic 2, or with the
+magic not there yet: a torn write, or a batch larger than the fetch asked for), else
+``error`` names the bad bytes (a length below a header's, another magic, a CRC that
+does not match). It also counts the records of the
 valid prefix from the batch headers (the records count, an int32 at byte 57)."""
 
 import struct
@@ -54,12 +55,12 @@ def scan_batches(buffer) -> BatchScan:
         if length < MIN_BATCH_LENGTH:
             return BatchScan(position, batches, records, False,
                              f"record batch at {position} has length {length}, below a header's")
+        if end - position > MAGIC_OFFSET and view[position + MAGIC_OFFSET] != MAGIC:  # before the length: a
+            return BatchScan(position, batches, records, False,  # 0.7 message's payload is no length
+                             f"record batch at {position} has magic {view[position + MAGIC_OFFSET]}, not 2")
         following = position + PREFIX_SIZE + length
         if following > end:
             return BatchScan(position, batches, records, True, None)
-        if view[position + MAGIC_OFFSET] != MAGIC:
-            return BatchScan(position, batches, records, False,
-                             f"record batch at {position} has magic {view[position + MAGIC_OFFSET]}, not 2")
         if crc32c(view[position + ATTRIBUTES_OFFSET:following]) != _CRC.unpack_from(view, position + CRC_OFFSET)[0]:
             return BatchScan(position, batches, records, False, f"record batch at {position} fails its CRC-32C check")
         records += _LENGTH.unpack_from(view, position + RECORDS_COUNT_OFFSET)[0]
