@@ -87,8 +87,8 @@ class Acceptor(ChildProcess):
         self.files = SegmentFiles(tables, config.log_dir, config.num_workers)
         self.replica_requests = ReplicaRequests(self.files, self.router, self.timers,
                                                 lambda connection: self._to_send.add(connection))
-        create_topic = (lambda topic, partitions: self.control.send(Op.CREATE_TOPIC, topic=topic,
-                                                                    partitions=partitions)) \
+        create_topic = (lambda topic, partitions, record_batches: self.control.send(
+            Op.CREATE_TOPIC, topic=topic, partitions=partitions, record_batches=record_batches)) \
             if config.enable_zookeeper else None
         self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters,
                                         self.replica_requests, create_topic)

@@ -21,12 +21,13 @@ child -> supervisor
     the registrar's ``roles`` (``topics``: every replicated topic and its partition
     count, when they changed; ``partitions``: the partitions of which this broker is a
     replica whose state changed, each ``{topic, partition, role, leader, host, port,
-    leader_epoch, isr, replicas, version}``, role ``leader``, ``follower`` or
+    leader_epoch, isr, replicas, version, record_batches}``, role ``leader``, ``follower`` or
     ``none``); a worker's ``isr_change`` (``topic``, ``partition``, ``leader_epoch``,
     ``isr``, ``version``: the leader asks for the ISR to be written, conditional on
     the state node's version); the acceptor's ``create_topic`` (``topic``,
-    ``partitions``: a produce named a topic nobody has, and
-    ``default.replication.factor`` > 1 makes it a replicated one), passed on to the
+    ``partitions``, ``record_batches``: a produce, or a modern client's Metadata, named
+    a topic nobody has, and ``default.replication.factor`` > 1 makes it a replicated
+    one, holding record batches when a modern client asked), passed on to the
     registrar.
 """
 

@@ -5,7 +5,8 @@ followers' partition directories hold the record-batches mark and their segment 
 become byte-identical to the leader's, every batch stamped with the leader epoch it was
 appended under; after a SIGKILL of the leader a new one is elected and every
 acknowledged batch reads back from it (raw Fetch v11, and confluent-kafka), and what it
-takes then carries its own leader epoch.
+takes then carries its own leader epoch. A modern client's Metadata for an unknown topic,
+with default.replication.factor 3, makes a replicated topic of record batches.
 
 Metadata on the modern port does not list the other brokers yet: the test addresses
 the leader's ``kafka_port`` directly (found through ``describe_topic``)."""
@@ -17,17 +18,18 @@ import time
 
 from confluent_kafka import Consumer, TopicPartition
 from kafka.protocol.consumer import FetchRequest, FetchResponse
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from mpbroker.records import encode_batch, iter_records, read_header
 from mpbroker.records.scan import scan_batches
-from mpbroker.registry import topic_admin
+from mpbroker.registry import layout, replication, topic_admin
 from mpbroker.segments.naming import RECORD_BATCHES_FILE, partition_dir_name
 from tests.clients.helpers import wait_for
 from tests.replication.cluster import log_bytes, start_cluster, state, wait_identical
 
 TOPIC = "modern"
-NONE, NOT_LEADER_OR_FOLLOWER = 0, 6
+NONE, LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER = 0, 5, 6
 
 
 def request(port: int, message, version: int, response_class, timeout: float = 10.0):
@@ -53,12 +55,12 @@ def _receive(sock, count: int) -> bytes:
     return bytes(data)
 
 
-def produce(port: int, batch: bytes) -> tuple:
+def produce(port: int, batch: bytes, topic: str = TOPIC) -> tuple:
     """``(error code, base offset)`` of a Produce v7 with acks=-1 of one batch to partition 0."""
     partition_data = ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=batch)
     answer = request(port, ProduceRequest[7](
         transactional_id=None, acks=-1, timeout_ms=10_000,
-        topic_data=[ProduceRequest.TopicProduceData(name=TOPIC, partition_data=[partition_data])]), 7, ProduceResponse)
+        topic_data=[ProduceRequest.TopicProduceData(name=topic, partition_data=[partition_data])]), 7, ProduceResponse)
     partition = answer.responses[0].partition_responses[0]
     return partition.error_code, partition.base_offset
 
@@ -185,3 +187,30 @@ def test_a_record_batch_topic_replicates_and_survives_the_leaders_sigkill(broker
     finally:
         consumer.close()
     assert len(log_bytes(brokers[new_leader], TOPIC, 0)) == len(after)
+
+
+def test_a_modern_client_auto_creates_a_replicated_record_batch_topic(broker_factory, zk_connect, zk_client):
+    """With default.replication.factor 3, a modern client's Metadata for an unknown topic
+    has the registrar create it replicated, in the record-batch format (not 0.7's)."""
+    brokers = start_cluster(broker_factory, zk_connect, default_replication_factor=3, min_insync_replicas=2)
+    wait_for(lambda: topic_admin.live_brokers(zk_client) == [1, 2, 3], 20, what="three brokers registered")
+    topic = "made-by-metadata"
+    metadata = MetadataRequest[8](topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                  allow_auto_topic_creation=True, include_cluster_authorized_operations=False,
+                                  include_topic_authorized_operations=False)
+    answer = request(brokers[1].kafka_port, metadata, 8, MetadataResponse)
+    assert answer.topics[0].error_code == LEADER_NOT_AVAILABLE  # being created, with replicas
+    wait_for(lambda: zk_client.exists(layout.topic_path(topic)), 20, what="the topic's assignment")
+    value, _ = zk_client.get(layout.topic_path(topic))
+    assert replication.parse_topic_format(topic, value) is True
+    assert len(replication.parse_assignment(topic, value)[0]) == 3
+    wait_for(lambda: state(zk_client, topic, 0) is not None, 20, what="a leader elected")
+    leader = brokers[state(zk_client, topic, 0).leader]
+    error = None
+    deadline = time.monotonic() + 20
+    while error != NONE and time.monotonic() < deadline:
+        error, _ = produce(leader.kafka_port, encode_batch([(None, b"one", (), 1)]), topic)
+        time.sleep(0.05)
+    assert error == NONE
+    directory = os.path.join(leader.log_dir, partition_dir_name(topic, 0))
+    assert os.path.exists(os.path.join(directory, RECORD_BATCHES_FILE))

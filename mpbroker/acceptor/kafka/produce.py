@@ -121,7 +121,7 @@ class ProduceHandler:
     def _target(self, topic, partition):
         """``(topic bytes, partition, route)``, or the error code to answer with."""
         try:
-            target = self._legacy.target(topic, partition)
+            target = self._legacy.target(topic, partition, record_batches=True)
         except InvalidTopicError:
             return KafkaError.INVALID_TOPIC_EXCEPTION
         except ValueError:
