@@ -58,7 +58,8 @@ AUTO_CREATE_RETRY_S = 5.0  # ask the registrar to create a topic again after thi
 class RequestHandlers:
     def __init__(self, config, segment_files, router, on_close, counters, replica_requests, create_topic=None):
         self.config = config
-        self._create_topic = create_topic  # callable(topic, partitions): ask the registrar for a replicated topic
+        # callable(topic, partitions, record_batches): ask the registrar for a replicated topic
+        self._create_topic = create_topic
         self._creating = {}  # topic -> time.monotonic() it was asked for
         self.replicated = {}  # replicated topic -> partition count (the registrar's, via the supervisor)
         # Until the first ``roles`` message (a broker just started, with ZooKeeper), which
@@ -150,9 +151,10 @@ class RequestHandlers:
         moment from being published)."""
         return [topic for topic, count in self._created_counts.items() if count]
 
-    def target(self, topic: str, partition: int):
+    def target(self, topic: str, partition: int, record_batches: bool = False):
         """``(topic bytes, partition, route)`` or raise InvalidTopicError / ValueError /
-        NotLeaderError (a replicated partition this broker does not lead now)."""
+        NotLeaderError (a replicated partition this broker does not lead now).
+        ``record_batches``: a modern client's (a topic it makes holds record batches)."""
         topic_bytes = self._topics.get(topic)
         if topic_bytes is None:
             topic_bytes = check_topic(topic).encode("ascii")
@@ -169,7 +171,7 @@ class RequestHandlers:
             if self._files.role(topic, partition) != Role.LEADER:
                 raise NotLeaderError(f"this broker does not lead {topic}-{partition}")
             return topic_bytes, partition, self._router.routes[owner_slot(topic, partition, len(self._router.routes))]
-        if self._auto_replicated(topic):
+        if self._auto_replicated(topic, record_batches):
             raise NotLeaderError(f"topic {topic!r} is being created with replicas: no leader yet")
         route = self._routes.get((topic_bytes, partition))
         if route is None:
@@ -193,10 +195,11 @@ class RequestHandlers:
         before the partition range: the topic's partition count comes with the roles."""
         return not self.roles_known and self._files.topic_has_leader_epochs(topic)
 
-    def _auto_replicated(self, topic: str) -> bool:
+    def _auto_replicated(self, topic: str, record_batches: bool = False) -> bool:
         """A produce to a topic no worker has, on a broker that creates topics with
         replicas (``default.replication.factor`` > 1, ZooKeeper): the registrar is asked
-        to create it (at most every AUTO_CREATE_RETRY_S), and it is not created here."""
+        to create it (at most every AUTO_CREATE_RETRY_S; in the record-batch format for a
+        modern client), and it is not created here."""
         if (self._create_topic is None or self.config.default_replication_factor <= 1
                 or self._files.knows_topic(topic)):
             return False
@@ -205,7 +208,7 @@ class RequestHandlers:
             if len(self._creating) > 10_000:
                 self._creating.clear()
             self._creating[topic] = now
-            self._create_topic(topic, self.config.partitions_for(topic))
+            self._create_topic(topic, self.config.partitions_for(topic), record_batches=record_batches)
         return True
 
     def _produce(self, connection, topic: str, partition: int, message_set) -> None:

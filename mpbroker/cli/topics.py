@@ -2,14 +2,16 @@
 ``kafka-topics``), in ZooKeeper.
 
     mpbroker-topics --zookeeper HOST:PORT[,..][/chroot] create --topic T --partitions N
-        --replication-factor R
+        --replication-factor R [--record-batches]
     mpbroker-topics --zookeeper ZK list
     mpbroker-topics --zookeeper ZK describe [--topic T] [--under-replicated]
 
 ``create`` places N partitions of R replicas each over the brokers registered now
 (leaders round-robin, followers spread: ``mpbroker.registry.replication``) and writes
 the assignment in one operation; fewer live brokers than R is an error and nothing is
-written. ``list`` prints the replicated topics, one a line. ``describe`` prints per
+written. With ``--record-batches`` the partitions' logs hold modern record batches (a
+topic for the modern Kafka protocol's clients, on ``kafka.port``), on every replica;
+without it, 0.7 messages (ARCHITECTURE.md, "Storage"). ``list`` prints the replicated topics, one a line. ``describe`` prints per
 partition its leader, leader epoch, replicas and in-sync replicas (``-`` until the
 controller has elected a leader); ``--under-replicated`` only the partitions whose ISR
 is smaller than their replicas; and the high watermark, which lives in the leader's
@@ -55,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--topic", required=True)
     create.add_argument("--partitions", type=int, required=True)
     create.add_argument("--replication-factor", type=int, required=True)
+    create.add_argument("--record-batches", action="store_true",
+                        help="the logs hold record batches, for modern Kafka clients (default: 0.7 messages)")
     commands.add_parser("list", help="the replicated topics")
     describe = commands.add_parser("describe", help="leader, epoch, replicas, ISR and high watermark per partition")
     describe.add_argument("--topic", help="only this topic")
@@ -98,9 +102,10 @@ def _high_watermark(client, info):
 
 def _run(client, args, out) -> int:
     if args.command == "create":
-        assignment = topic_admin.create_topic(client, args.topic, args.partitions, args.replication_factor)
+        assignment = topic_admin.create_topic(client, args.topic, args.partitions, args.replication_factor,
+                                              record_batches=args.record_batches)
         print(f"created topic {args.topic!r}: {len(assignment)} partitions, replication factor "
-              f"{args.replication_factor}", file=out)
+              f"{args.replication_factor}" + (", record batches" if args.record_batches else ""), file=out)
         for partition, replicas in sorted(assignment.items()):
             print(f"  partition {partition}: replicas {_ids(replicas)}", file=out)
     elif args.command == "list":

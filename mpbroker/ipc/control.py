@@ -24,7 +24,7 @@ child -> supervisor
     the registrar's ``roles`` (``topics``: every replicated topic and its partition
     count, when they changed; ``partitions``: the partitions of which this broker is a
     replica whose state changed, each ``{topic, partition, role, leader, host, port,
-    leader_epoch, isr, replicas, version}``, role ``leader``, ``follower`` or
+    leader_epoch, isr, replicas, version, record_batches}``, role ``leader``, ``follower`` or
     ``none``); a worker's ``isr_change`` (``topic``, ``partition``, ``leader_epoch``,
     ``isr``, ``version``: the leader asks for the ISR to be written, conditional on
     the state node's version); the acceptor's ``create_topic`` (``topic``,

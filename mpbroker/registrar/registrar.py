@@ -124,14 +124,15 @@ class Registrar(ChildProcess):
 
     def _on_create_topic(self, message: dict) -> None:
         """A produce named a topic no broker has: create it replicated, placed over the
-        live brokers (Kafka 0.8's auto-creation with default.replication.factor)."""
+        live brokers (Kafka 0.8's auto-creation with default.replication.factor), in the
+        record-batch format when a modern client named it."""
         if self.client is None or not self.client.connected:
             return  # the producer retries, and the acceptor asks again
         topic, partitions = message["topic"], message["partitions"]
         factor = message.get("replication_factor") or self.config.default_replication_factor
-        formats = {"record_batches": True} if message.get("record_batches") else {}
+        record_batches = bool(message.get("record_batches", False))
         try:
-            topic_admin.create_topic(self.client, topic, partitions, factor, **formats)
+            topic_admin.create_topic(self.client, topic, partitions, factor, record_batches=record_batches)
         except topic_admin.TopicExists:
             return
         except (PlacementError, InvalidTopicError) as exc:
@@ -140,7 +141,8 @@ class Registrar(ChildProcess):
         except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
             self._warn(f"creating topic {topic!r} failed: {exc!r}")
             return
-        log.info("created topic %r for a produce: %d partitions, replication factor %d", topic, partitions, factor)
+        log.info("created topic %r for a produce: %d partitions, replication factor %d%s", topic, partitions, factor,
+                 ", record batches" if record_batches else "")
 
     def _on_isr_change(self, message: dict) -> None:
         if self.roles is None or self.client is None or not self.client.connected:

@@ -8,7 +8,8 @@ wrote: this broker leads it, follows a leader (whose address comes from
 the last step goes to the supervisor as one ``roles`` message, which hands each entry
 to the worker that owns the partition; the replicated topics and their partition
 counts go to the acceptor the same way. A partition this broker no longer replicates
-is sent as role ``none``.
+is sent as role ``none``. Each entry carries the topic's format (``record_batches``,
+from its assignment node): the worker creates the partition's log in it.
 
 A broker leads only under a state that names its current registration (KIP-380):
 its broker epoch is the czxid of ``/brokers/ids/<id>``, and the controller writes
@@ -108,6 +109,7 @@ class ReplicaRoles:
             try:
                 value, _ = self.client.get(layout.topic_path(topic))
                 assignment = replication.parse_assignment(topic, value)
+                record_batches = replication.parse_topic_format(topic, value)
             except (NoNodeError, LayoutError):
                 continue
             if assignment is None:
@@ -115,12 +117,13 @@ class ReplicaRoles:
             topics[topic] = len(assignment)
             for partition, replicas in assignment.items():
                 if self.broker_id in replicas:
-                    entries[(topic, partition)] = self._entry(topic, partition, replicas, addresses)
+                    entries[(topic, partition)] = self._entry(topic, partition, replicas, addresses, record_batches)
         return topics, entries
 
-    def _entry(self, topic: str, partition: int, replicas, addresses: dict) -> dict:
+    def _entry(self, topic: str, partition: int, replicas, addresses: dict, record_batches: bool = False) -> dict:
         entry = {"topic": topic, "partition": partition, "role": "offline", "leader": replication.NO_LEADER,
-                 "host": "", "port": 0, "leader_epoch": -1, "isr": [], "replicas": list(replicas), "version": -1}
+                 "host": "", "port": 0, "leader_epoch": -1, "isr": [], "replicas": list(replicas), "version": -1,
+                 "record_batches": record_batches}
         try:
             value, stat = self.client.get(replication.partition_state_path(topic, partition))
             state = replication.parse_partition_state(topic, partition, value)

@@ -2,7 +2,8 @@
 replicas go. No I/O here: the topics tool, the controller and the clients build their
 paths and parse their values with these.
 
-    /brokers/topics/<topic>                          {"version":1,"partitions":{"0":[1,2,3],...}}
+    /brokers/topics/<topic>                          {"version":1,"partitions":{"0":[1,2,3],...}
+                                                      [,"record_batches":true]}
     /brokers/topics/<topic>/partitions/<p>/state     {"version":1,"leader":L,"leader_epoch":E,
                                                       "isr":[...],"controller_epoch":C,
                                                       "leader_broker_epoch":Z}
@@ -21,6 +22,12 @@ controller read it when it elected it (the czxid of ``/brokers/ids/<leader>``,
 KIP-380): the leader leads under the state only while it is still that
 registration. It is optional: absent in a state without a leader and in states
 written by older code; a leader keeps it when it changes the ISR.
+
+``record_batches`` (not Kafka 0.8's) is the format of the topic's partition logs: true,
+they hold modern record batches (``segments.record_format``: a topic for modern
+clients), on the leader and every follower alike; absent (never written false), 0.7
+messages. So every topic created before it, and what older readers parse, is unchanged
+(they ignore the field).
 
 Placement (``assign_replicas``) follows Kafka 0.8's rule: the brokers sorted by id,
 partition p's first replica on broker ``(start + p) mod n`` so leaders go round-robin,
@@ -66,10 +73,14 @@ def partition_state_path(topic: str, partition: int) -> str:
 
 # --- the assignment -----------------------------------------------------------------
 
-def assignment_value(assignment: dict) -> bytes:
-    """``{partition: [broker ids]}`` as the node value."""
+def assignment_value(assignment: dict, record_batches: bool = False) -> bytes:
+    """``{partition: [broker ids]}`` as the node value; ``record_batches``: the topic's logs
+    hold record batches (the field is written only then)."""
     partitions = {str(partition): list(replicas) for partition, replicas in sorted(assignment.items())}
-    return json.dumps({"version": 1, "partitions": partitions}, separators=(",", ":")).encode()
+    document = {"version": 1, "partitions": partitions}
+    if record_batches:
+        document["record_batches"] = True
+    return json.dumps(document, separators=(",", ":")).encode()
 
 
 def parse_assignment(topic: str, value: bytes):
@@ -91,6 +102,22 @@ def parse_assignment(topic: str, value: bytes):
         if not replicas or len(set(replicas)) != len(replicas):
             raise LayoutError(f"{where}: partition {partition} has no replicas, or one twice")
     return assignment
+
+
+def parse_topic_format(topic: str, value: bytes) -> bool:
+    """Whether a replicated topic's logs hold record batches (its node's ``record_batches``);
+    False for 0.7 messages (the field absent) and for a topic created the 0.7 way.
+    LayoutError if the value is not a document or the field not a boolean."""
+    if not value:
+        return False
+    try:
+        document = json.loads(value)
+        record_batches = document.get("record_batches", False)
+    except (ValueError, TypeError, AttributeError):
+        raise LayoutError(f"{topic_path(topic)}: {value[:100]!r} is not a replica assignment") from None
+    if not isinstance(record_batches, bool):
+        raise LayoutError(f"{topic_path(topic)}: record_batches is {record_batches!r}, not true or false")
+    return record_batches
 
 
 def parse_partition_state(topic: str, partition: int, value: bytes) -> PartitionState:

@@ -47,14 +47,16 @@ def live_brokers(client) -> list:
     return sorted(int(name) for name in names if name.isdigit())
 
 
-def create_topic(client, topic: str, partitions: int, replication_factor: int) -> dict:
-    """Place and write a replicated topic; returns its assignment. InvalidTopicError,
-    PlacementError (too few brokers, bad counts) or TopicExists, with nothing written."""
+def create_topic(client, topic: str, partitions: int, replication_factor: int, record_batches: bool = False) -> dict:
+    """Place and write a replicated topic; returns its assignment. With ``record_batches``
+    its logs hold record batches (a topic for modern clients), else 0.7 messages.
+    InvalidTopicError, PlacementError (too few brokers, bad counts) or TopicExists, with
+    nothing written."""
     check_topic(topic)
     assignment = assign_replicas(live_brokers(client), partitions, replication_factor)
     client.ensure_path(layout.BROKER_TOPICS)
     try:
-        client.create(layout.topic_path(topic), replication.assignment_value(assignment))
+        client.create(layout.topic_path(topic), replication.assignment_value(assignment, record_batches))
     except NodeExistsError:
         raise TopicExists(f"topic {topic!r} exists already") from None
     return assignment

@@ -163,7 +163,7 @@ class ProduceHandler:
             return
         layer = None
         if partition_log.record_batches:
-            group, layer = self._stamp(partition_log, group)
+            group, layer = self._stamp(partition_log, group, None if replica is None else replica.leader_epoch)
             if not group:
                 return
         data = [produce.data for produce in group if produce.data]
@@ -216,11 +216,13 @@ class ProduceHandler:
                            f"(written by modern clients)")
         return kept
 
-    def _stamp(self, partition_log, group: list) -> tuple:
+    def _stamp(self, partition_log, group: list, leader_epoch) -> tuple:
         """Judge each produce's batches against its producers' sequences and write the
-        offsets (and LogAppendTime) of those to append for where they will land. Returns
-        the produces to append or answer (a retried one stays, emptied) and the layer of
-        producer state to commit once they are written."""
+        offsets (and LogAppendTime) of those to append for where they will land, and on a
+        replicated partition the leader epoch they are appended under (Kafka's
+        partitionLeaderEpoch; the followers copy it with the bytes). Returns the produces
+        to append or answer (a retried one stays, emptied) and the layer of producer
+        state to commit once they are written."""
         append_time = wall_clock_ms() if partition_log.config.log_append_time else None
         layer = self._producers.begin(partition_log)
         position = partition_log.log_end
@@ -229,8 +231,8 @@ class ProduceHandler:
             if produce.data:
                 verdict = record_batches.judged(layer, produce, position)
                 if verdict is APPEND:
-                    produce.data, produce.first_offset = record_batches.stamped(produce.data, produce.batches,
-                                                                                position, append_time)
+                    produce.data, produce.first_offset = record_batches.stamped(
+                        produce.data, produce.batches, position, append_time, leader_epoch)
                     position += len(produce.data)
                 elif verdict.error == 0:  # a retry of a batch already written
                     produce.data, produce.messages = b"", 0

@@ -9,8 +9,9 @@ each batch gets its offsets from the byte position it is appended at: stored at
 compressed batch with more records than bytes could not have offsets that way, so it
 is stored uncompressed instead (``reencode_uncompressed``; rare: records of under a
 byte each after compression). With ``message.timestamp.type=LogAppendTime`` each
-batch takes the append time (and a new CRC). Otherwise the bytes are written as they
-came.
+batch takes the append time (and a new CRC). On a replicated partition each batch's
+partitionLeaderEpoch becomes the leader epoch it is appended under (outside the CRC), as
+Kafka's leader writes it. Otherwise the bytes are written as they came.
 
 Idempotent producers (a producer id in the batch): a batch that repeats one of the
 producer's last five is not written again and is answered with its original offsets;
@@ -33,11 +34,14 @@ def checked(data: bytes, config) -> tuple:
     return data, validate_batches(data, max_batch_bytes=1 << 62, deep=False)
 
 
-def stamped(data: bytes, batches, position: int, log_append_time_ms) -> tuple:
-    """``(bytes to append at log position ``position``, the first record's offset)``."""
+def stamped(data: bytes, batches, position: int, log_append_time_ms, leader_epoch=None) -> tuple:
+    """``(bytes to append at log position ``position``, the first record's offset)``;
+    ``leader_epoch``: the partitionLeaderEpoch to write (a replicated partition's leader
+    epoch), None to leave the producer's."""
     buffer = bytearray(data)
     for batch in batches:
-        stamp_batch(buffer, batch.start, position + batch.end - batch.records, log_append_time_ms=log_append_time_ms)
+        stamp_batch(buffer, batch.start, position + batch.end - batch.records, log_append_time_ms=log_append_time_ms,
+                    leader_epoch=leader_epoch)
     first = position + batches[0].end - batches[0].records if batches else position
     return buffer, first
 

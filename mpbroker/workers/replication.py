@@ -3,7 +3,10 @@ watermark and ISR, durability-2 acknowledgements, and what a follower does with 
 bytes it fetched (Kafka 0.8's ``Partition`` and ``ReplicaManager``, per worker).
 
 Roles come from the registrar (via the supervisor) as ``roles`` entries. A partition
-without an entry is unreplicated and keeps the 0.7 rules; one with an entry is:
+without an entry is unreplicated and keeps the 0.7 rules; one with an entry has its log
+created, when its first entry comes, in the topic's format (``record_batches``: modern
+record batches, else 0.7 messages; a log found in the other format takes no role), and
+is:
 
 - **leader** (this broker, at a leader epoch): it records the epoch's start in the
   log (``Log.assign_epoch``), takes produces while the registrar's ZooKeeper lease
@@ -40,6 +43,10 @@ from mpbroker.ipc.partition_table import Role, TableFullError, isr_slots
 log = logging.getLogger(__name__)
 
 ISR_REQUEST_RETRY_MS = 5000  # ask for an ISR change again if the registrar has not answered by then
+
+
+def _format_name(record_batches: bool) -> str:
+    return "record batches" if record_batches else "0.7 messages"
 
 
 class Waiter(NamedTuple):
@@ -132,10 +139,16 @@ class ReplicaManager:
                 self._publisher.publish(replica.log)
             return
         if replica is None:
+            record_batches = bool(entry.get("record_batches", False))  # the topic's format, from its assignment
             partition_log = self._logs.get(*key)
             if partition_log is None:
-                partition_log = self._logs.get_or_create(*key)
+                partition_log = self._logs.get_or_create(*key, record_batches)
                 self._publisher.add(partition_log)
+            if partition_log.record_batches != record_batches:
+                # A log made before the assignment (a produce's, in the other format): the
+                # leader's bytes cannot go into it, nor produces of the topic's format.
+                raise ValueError(f"its log holds {_format_name(partition_log.record_batches)}, the topic's "
+                                 f"assignment says {_format_name(record_batches)}")
             replica = Replica(partition_log)
             # A respawned worker: what its predecessor published (the table outlives it).
             previous = self._publisher.previous(partition_log)

@@ -10,7 +10,7 @@ from mpbroker.cli import topics
 from mpbroker.clients import Producer
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions
 from mpbroker.registry import layout
-from mpbroker.registry.replication import PartitionState, parse_assignment, partition_state_path
+from mpbroker.registry.replication import PartitionState, parse_assignment, parse_topic_format, partition_state_path
 from mpbroker.registry.topic_admin import PartitionInfo
 from tests.clients.helpers import broker_list, wait_for
 from tests.replication.cluster import produce as cluster_produce
@@ -104,6 +104,21 @@ def test_a_topic_created_by_a_produce_is_not_replicated(cluster, capsys, caplog)
     assert read_topic_partitions(client, "new") == []
     assert not [record for record in caplog.records if "partitions" in record.getMessage()]
     assert [p.broker_id for p in read_topic_partitions(client, "old")] == [1] * 4
+
+
+def test_create_with_record_batches(zk_connect, zk_client, capsys):
+    """A replicated topic for modern clients: its format is in the assignment node."""
+    for broker in (1, 2):  # registered brokers are all create needs
+        zk_client.create(layout.broker_path(broker), f"b{broker}:127.0.0.1:{9090 + broker}".encode(),
+                         ephemeral=True, makepath=True)
+    code, out, _ = run(capsys, zk_connect, "create", "--topic", "modern", "--partitions", "2",
+                       "--replication-factor", "2", "--record-batches")
+    assert code == 0 and "2 partitions, replication factor 2, record batches" in out
+    value, _ = zk_client.get(layout.topic_path("modern"))
+    assert parse_topic_format("modern", value) is True and len(parse_assignment("modern", value)) == 2
+    code, out, _ = run(capsys, zk_connect, "create", "--topic", "old", "--partitions", "1", "--replication-factor", "2")
+    assert code == 0 and "record batches" not in out
+    assert parse_topic_format("old", zk_client.get(layout.topic_path("old"))[0]) is False
 
 
 def test_no_zookeeper_is_exit_3(capsys):

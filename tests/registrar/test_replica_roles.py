@@ -124,3 +124,22 @@ def test_a_leaders_isr_change_keeps_the_leaders_broker_epoch(zk_connect, admin):
         assert roles_of(client, registration)() == {("t", 0): ("leader", 3)}
     finally:
         close_client(client)
+
+
+def test_each_entry_carries_its_topics_format(zk_connect, admin):
+    client = start_client(zk_connect, 6000, 30_000)
+    try:
+        admin.create(layout.broker_path(2), b"x:127.0.0.1:9093", ephemeral=True, makepath=True)
+        admin.create(layout.topic_path("modern"), replication.assignment_value({0: [1, 2]}, record_batches=True),
+                     makepath=True)
+        admin.create(layout.topic_path("old"), replication.assignment_value({0: [2, 1]}), makepath=True)
+        admin.create(replication.partition_state_path("modern", 0), PartitionState(2, 0, (2, 1), 1).value(),
+                     makepath=True)
+        sent = {}
+        roles = ReplicaRoles(client, 1, lambda **fields: sent.update(
+            {entry["topic"]: entry for entry in fields.get("partitions", [])}), broker_epoch=lambda: None)
+        roles.step()
+        assert sent["modern"]["record_batches"] is True and sent["modern"]["role"] == "follower"
+        assert sent["old"]["record_batches"] is False and sent["old"]["role"] == "offline"
+    finally:
+        close_client(client)

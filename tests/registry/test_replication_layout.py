@@ -18,6 +18,7 @@ from mpbroker.registry.replication import (
     assignment_value,
     parse_assignment,
     parse_partition_state,
+    parse_topic_format,
     partition_state_path,
 )
 
@@ -26,6 +27,21 @@ def test_assignment_round_trip_in_kafkas_format():
     value = assignment_value({1: [2, 3, 1], 0: [1, 2, 3]})
     assert value == b'{"version":1,"partitions":{"0":[1,2,3],"1":[2,3,1]}}'
     assert parse_assignment("t", value) == {0: [1, 2, 3], 1: [2, 3, 1]}
+
+
+def test_a_record_batch_topic_says_so_and_the_others_are_unchanged():
+    value = assignment_value({0: [1, 2]}, record_batches=True)
+    assert value == b'{"version":1,"partitions":{"0":[1,2]},"record_batches":true}'
+    assert parse_assignment("t", value) == {0: [1, 2]}  # what older readers take from it
+    assert parse_topic_format("t", value) is True
+    # absent: 0.7 messages, as every topic written before the field
+    assert assignment_value({0: [1, 2]}) == assignment_value({0: [1, 2]}, record_batches=False)
+    assert b"record_batches" not in assignment_value({0: [1, 2]})
+    assert parse_topic_format("t", assignment_value({0: [1, 2]})) is False
+    assert parse_topic_format("t", b"") is False  # created the 0.7 way
+    for bad in (b'{"partitions":{"0":[1]},"record_batches":1}', b"[]", b"not json"):
+        with pytest.raises(LayoutError, match="/brokers/topics/t"):
+            parse_topic_format("t", bad)
 
 
 def test_a_topic_created_the_07_way_has_no_assignment():

@@ -135,7 +135,7 @@ class MetadataHandler:
         routes = []
         for partition in range(self._legacy.partition_count(name)):
             try:
-                routes.append(self._legacy.target(name, partition))
+                routes.append(self._legacy.target(name, partition, record_batches=True))
             except InvalidTopicError:
                 return KafkaError.INVALID_TOPIC_EXCEPTION
             except NotLeaderError:

@@ -123,7 +123,7 @@ class ProduceHandler:
         if partition < 0:  # (0.7's -1, "a partition at random", has no meaning here)
             return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         try:
-            target = self._legacy.target(topic, partition)
+            target = self._legacy.target(topic, partition, record_batches=True)
         except InvalidTopicError:
             return KafkaError.INVALID_TOPIC_EXCEPTION
         except ValueError:
