@@ -168,9 +168,7 @@ def modern_produce(server: BenchBroker, topic: str, count: int, payload: bytes) 
         if left or failures:
             raise RuntimeError(f"{topic}: {left} messages not delivered, {len(failures)} failed: {failures[:1]}")
 
-    result = measured(server, count, run)
-    del producer
-    return result
+    return measured(server, count, run)
 
 
 def legacy_produce(server: BenchBroker, topic: str, count: int, payload: bytes, acks: str,
