@@ -206,3 +206,18 @@ def test_legacy_topic_read_by_confluent_kafka(kafka_broker, topic):
     offsets = [m.offset() for m in got]
     assert offsets == sorted(set(offsets))
     assert all(m.key() is None for m in got)
+
+
+@pytest.mark.parametrize("records", [None, b""])
+def test_a_produce_without_batches_is_refused_and_creates_nothing(kafka_broker, topic, records):
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    request = ProduceRequest(transactional_id=None, acks=1, timeout_ms=5000, topic_data=[
+        ProduceRequest.TopicProduceData(name=topic, partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=records)])])
+    with Wire(kafka_broker) as wire:
+        answer = wire.call(0, 3, bytes(request.encode(version=3)), ProduceResponse)
+    [partition] = answer.responses[0].partition_responses
+    assert partition.error_code == 87  # INVALID_RECORD
+    assert not any(name.startswith(f"{topic}-") for name in os.listdir(kafka_broker.log_dir))
+    assert_still_serving(kafka_broker)

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 _Broker = MetadataResponse.MetadataResponseBroker
 _Topic = MetadataResponse.MetadataResponseTopic
 _Partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
-MAX_TOPICS_CREATED_PER_REQUEST = 1000
+MAX_TOPICS_CREATED_PER_REQUEST = 1000  # a request naming more: the rest are only looked up
 
 
 class MetadataHandler:
@@ -72,7 +72,9 @@ class MetadataHandler:
                      | set(self._legacy.created_topics()))
             topics = [self._topic(name, False, connection) for name in sorted(known)]
         else:
-            topics = [self._topic(name, may_create, connection) for name in dict.fromkeys(names)]
+            wanted = list(dict.fromkeys(names))
+            topics = [self._topic(name, may_create and index < MAX_TOPICS_CREATED_PER_REQUEST, connection)
+                      for index, name in enumerate(wanted)]
         broker = self.config.brokerid
         brokers = [(broker, *self.advertised)]
         controller = broker

@@ -51,9 +51,9 @@ class ProduceAnswer:
             self.outstanding -= 1
         self.results[topic][partition] = (error, base_offset, message if error else None)
         if self.outstanding == 0:
-            self._fill()
+            self.fill()
 
-    def _fill(self) -> None:
+    def fill(self) -> None:
         topics = [_TopicAnswer(name=topic, partition_responses=[
             _PartitionAnswer(index=partition, error_code=error, base_offset=base_offset, log_append_time_ms=-1,
                              log_start_offset=-1, record_errors=[], error_message=message)
@@ -96,27 +96,29 @@ class ProduceHandler:
         targets = []  # (topic, partition, records, target or error)
         for topic_data in request.topic_data:
             for partition_data in topic_data.partition_data:
-                targets.append((topic_data.name, partition_data.index, partition_data.records,
-                                self._target(topic_data.name, partition_data.index)))
+                records = partition_data.records
+                target = self._target(topic_data.name, partition_data.index) if records else \
+                    KafkaError.INVALID_RECORD  # no batch at all: nothing to append (Kafka refuses it too)
+                targets.append((topic_data.name, partition_data.index, records, target))
         if request.acks == 0:
             for topic, partition, records, target in targets:  # check every one before routing any
                 if isinstance(target, int):
                     raise ProduceRefused(f"acks=0 produce to {topic}-{partition} refused ({KafkaError(target).name})")
             for topic, partition, records, (topic_bytes, partition, route) in targets:
-                self._router.produce(connection, topic_bytes, partition, mode, records or b"", route)
+                self._router.produce(connection, topic_bytes, partition, mode, records, route)
             return
         answer = ProduceAnswer(connection.reserve(), version, request_header.correlation_id)
         outcomes = [(answer.expect(topic, partition), records, target)
                     for topic, partition, records, target in targets]
         if not outcomes:
-            answer._fill()
+            answer.fill()
             return
         for outcome, records, target in outcomes:
             if isinstance(target, int):
                 outcome.ack(KAFKA_ERROR_BASE + target, outcome.partition, -1, -1, "")
             else:
                 topic_bytes, partition, route = target
-                self._router.produce(connection, topic_bytes, partition, mode, records or b"", route, outcome)
+                self._router.produce(connection, topic_bytes, partition, mode, records, route, outcome)
 
     def _target(self, topic, partition):
         """``(topic bytes, partition, route)``, or the error code to answer with."""
