@@ -36,13 +36,16 @@ def lag_messages(consumer, topic: str, partition: int, committed: int, log_end: 
     if lag <= 0:
         return LagMessages(0, True)
     size = min(lag, SAMPLE_BYTES)
+    limit = min(lag, MAX_SAMPLE_BYTES)
     while True:
         sample = consumer.fetch(topic, partition, committed, size)
         if sample.payloads:
             break
-        if size >= min(lag, MAX_SAMPLE_BYTES) or sample.size < size:
+        if sample.record_batches:  # the answer starts at the batch holding ``committed``: maybe before it
+            limit = MAX_SAMPLE_BYTES
+        if size >= limit or sample.size < size:
             return LagMessages(None, False)
-        size = min(lag, MAX_SAMPLE_BYTES, size * 16)
+        size = min(limit, size * 16)
     covered = sample.next_offset - committed  # a record-batch answer may start before ``committed``
     if covered >= lag:
         return LagMessages(len(sample.payloads), True)
