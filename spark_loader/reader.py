@@ -5,7 +5,9 @@ Fetches of ``fetch_size`` bytes, decoded in bulk (``SimpleConsumer.message_sets`
 one CRC check per message, nested compressed sets inflated), cut at the range's end;
 each answer becomes one record batch of ``broker``, ``partition``, ``offset`` (where
 the message starts; the messages inside a compressed wrapper share the wrapper's) and
-``payload``. The range's end is a message boundary (a log end), except when it was
+``payload``. A partition that modern producers wrote (record batches) loads the same
+way: a record's value is the ``payload`` and its ``offset`` the record's own (keys,
+headers and timestamps have no column and are not loaded). The range's end is a message boundary (a log end), except when it was
 capped by ``--max-bytes-per-partition``: then reading stops at the last whole message
 before the cap, and ``ReadStats.next_offset`` says where the next load starts.
 
@@ -56,8 +58,7 @@ def read_batches(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = N
                         keep -= 1
                     payloads, next_offsets = payloads[:keep], next_offsets[:keep]
                 if payloads:
-                    starts = [offset]
-                    starts += next_offsets[:-1]
+                    starts = message_set.offsets[:len(payloads)]
                     count = len(payloads)
                     yield pa.RecordBatch.from_arrays([
                         pa.array([part.broker_id] * count, pa.int32()),

@@ -23,6 +23,16 @@ starts) for an offset inside a message, CorruptMessageError (``offset``) for a d
 message at a real boundary. The valid messages of an answer before a damaged one are
 handed out first.
 
+A partition that modern producers wrote holds record batches: the broker answers its
+fetches with error code RECORD_BATCHES (13) and the batches as they are stored, and
+the set is decoded by ``record_batches.decode_batches``: each record's value is a
+payload, with its key, headers and timestamp beside it (``keys``, ``headers``,
+``timestamps``; None for a set of 0.7 messages), its own offset in ``offsets`` and its
+offset + 1 as its next offset (after a batch's last record: the batch's end). An
+answer may start at the batch holding the fetch offset, before it (``start``): the
+records below the offset are left out. A damaged batch is a CorruptMessageError like a
+damaged message, after the records before it.
+
 With ``audit_envelope=True`` the payloads handed out are stripped of producers' audit
 envelopes (``mpbroker.clients.core.envelope``; other payloads pass through untouched).
 """
@@ -34,6 +44,7 @@ import time
 from typing import NamedTuple
 
 from mpbroker.clients.consumer.message_boundaries import WalkTooLongError, valid_prefix, walk_to
+from mpbroker.clients.consumer.record_batches import decode_batches
 from mpbroker.clients.core.brokers import probe_partition_count
 from mpbroker.clients.core.connection import BrokerConnection
 from mpbroker.clients.core.envelope import EnvelopeError, open_envelope
@@ -47,7 +58,13 @@ from mpbroker.clients.core.errors import (
 )
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses as rs
-from mpbroker.codec.errors import InvalidMessageError, MessageSizeTooLargeError, MPBrokerError, OffsetOutOfRangeError
+from mpbroker.codec.errors import (
+    ErrorCode,
+    InvalidMessageError,
+    MessageSizeTooLargeError,
+    MPBrokerError,
+    OffsetOutOfRangeError,
+)
 from mpbroker.codec.message import LENGTH_SIZE
 from mpbroker.codec.message_set import decode_messages
 
@@ -64,14 +81,20 @@ class MessageAndOffset(NamedTuple):
     payload: bytes
     next_offset: int  # the offset after this message: where to resume, what to commit
     envelope: object = None  # audit_envelope=True: the stripped mpbroker.clients.core.envelope.Envelope, if there was one
-    offset: int = -1  # where this message starts (a compressed wrapper's messages: the wrapper's start)
+    offset: int = -1  # where this message starts (a compressed wrapper's messages: the wrapper's start; a record: its offset)
+    # A record of a record-batch partition (modern producers) has these; a 0.7 message has no key,
+    # headers or timestamp.
+    key: bytes | None = None
+    headers: tuple = ()  # ((str, bytes | None), ...)
+    timestamp: int | None = None  # ms (-1: the record has none)
 
 
 class MessageSet:
     """The whole messages of one fetch answer."""
 
     __slots__ = ("topic", "partition", "offset", "error", "payloads", "next_offsets", "valid_bytes", "size",
-                 "envelopes", "corrupt", "first_length")
+                 "envelopes", "corrupt", "first_length", "start", "record_batches", "keys", "headers", "timestamps",
+                 "record_offsets")
 
     def __init__(self, topic: str, partition: int, offset: int, error: int, data):
         self.topic = topic
@@ -82,6 +105,13 @@ class MessageSet:
         self.envelopes = None  # strip_envelopes(): an Envelope or None per message
         self.corrupt = None  # a CorruptMessageError for the message at next_offset, which failed its checks
         self.first_length = None  # no whole message: the length field of the message at ``offset``
+        self.start = offset  # where the answer's bytes start (a record-batch answer: maybe before ``offset``)
+        self.record_batches = error == ErrorCode.RECORD_BATCHES
+        self.keys = self.headers = self.timestamps = self.record_offsets = None  # record batches only
+        if self.record_batches:
+            self.error = ErrorCode.NO_ERROR
+            self._decode_batches(bytes(data))
+            return
         if error:
             self.payloads, self.next_offsets, self.valid_bytes = [], [], 0
             return
@@ -93,6 +123,19 @@ class MessageSet:
                 data, topic, partition, offset, exc)
         if not self.payloads and self.corrupt is None and len(data) >= LENGTH_SIZE:
             (self.first_length,) = _LENGTH.unpack_from(data, 0)
+
+    def _decode_batches(self, data: bytes) -> None:
+        decoded = decode_batches(data, self.offset)
+        self.start = decoded.start
+        self.payloads, self.next_offsets, self.valid_bytes = decoded.values, decoded.next_offsets, decoded.valid_bytes
+        self.keys, self.headers, self.timestamps = decoded.keys, decoded.headers, decoded.timestamps
+        self.record_offsets = decoded.offsets
+        if decoded.error is not None:
+            position = decoded.start + decoded.valid_bytes
+            self.corrupt = CorruptMessageError(f"{decoded.error} ({self.topic}-{self.partition})", self.topic,
+                                               self.partition, position)
+        elif decoded.first_size is not None:
+            self.first_length = decoded.first_size - LENGTH_SIZE  # so that LENGTH_SIZE + first_length is its size
 
     def check(self) -> "MessageSet":
         """Raise the error the broker answered with, if any (OffsetOutOfRangeError, ...),
@@ -110,17 +153,19 @@ class MessageSet:
     @property
     def offsets(self) -> list:
         """Where each message starts: the offset to fetch from to get it again (the
-        messages of a compressed wrapper share the wrapper's start)."""
+        messages of a compressed wrapper share the wrapper's start; a record: its own offset)."""
+        if self.record_offsets is not None:
+            return self.record_offsets
         return [self.offset, *self.next_offsets[:-1]] if self.next_offsets else []
 
     @property
     def next_offset(self) -> int:
         """Where the next fetch of this partition starts."""
-        return self.offset + self.valid_bytes
+        return self.start + self.valid_bytes
 
     @property
     def truncated(self) -> bool:
-        """True if the answer ended inside a message (the client drops that part)."""
+        """True if the answer ended inside a message or batch (the client drops that part)."""
         return self.valid_bytes < self.size
 
     def __len__(self) -> int:
@@ -148,7 +193,11 @@ class MessageSet:
         CorruptMessageError once they are handed out."""
         self.check()
         envelopes = self.envelopes if self.envelopes is not None else itertools.repeat(None)
-        messages = map(MessageAndOffset, self.payloads, self.next_offsets, envelopes, self.offsets)
+        if self.record_batches:
+            messages = map(MessageAndOffset, self.payloads, self.next_offsets, envelopes, self.offsets, self.keys,
+                           self.headers, self.timestamps)
+        else:
+            messages = map(MessageAndOffset, self.payloads, self.next_offsets, envelopes, self.offsets)
         if self.corrupt is None:
             return messages
         return self._then_raise(messages)
@@ -319,6 +368,8 @@ class SimpleConsumer:
         """The first message of ``message_set`` cannot be read: raise
         NotAMessageBoundaryError if its offset is inside a message, else ``error``."""
         topic, partition, offset = message_set.topic, message_set.partition, message_set.offset
+        if message_set.record_batches:  # the broker answers from the batch holding the offset: no walk
+            raise error
         try:
             nearest = self.nearest_message_start(topic, partition, offset)
         except (MPBrokerError, BrokerError, WalkTooLongError):  # the walk cannot tell (damage on the way, log

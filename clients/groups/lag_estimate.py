@@ -6,7 +6,8 @@ to ``SAMPLE_BYTES``, more only if not one whole message came back). If that fetc
 reached the log end, the count is exact; otherwise the lag is scaled by the sample's
 bytes per message: ``round(lag * messages / bytes)``, an estimate that is as good as
 the sample is typical of the rest (messages of one size: exact; a mix: roughly).
-Messages inside compressed wrappers count one each, as a consumer receives them.
+Messages inside compressed wrappers count one each, as a consumer receives them; so do
+the records of a partition that modern producers wrote (record batches).
 """
 
 from typing import NamedTuple
@@ -35,13 +36,17 @@ def lag_messages(consumer, topic: str, partition: int, committed: int, log_end: 
     if lag <= 0:
         return LagMessages(0, True)
     size = min(lag, SAMPLE_BYTES)
+    limit = min(lag, MAX_SAMPLE_BYTES)
     while True:
         sample = consumer.fetch(topic, partition, committed, size)
         if sample.payloads:
             break
-        if size >= min(lag, MAX_SAMPLE_BYTES) or sample.size < size:
+        if sample.record_batches:  # the answer starts at the batch holding ``committed``: maybe before it
+            limit = MAX_SAMPLE_BYTES
+        if size >= limit or sample.size < size:
             return LagMessages(None, False)
-        size = min(lag, MAX_SAMPLE_BYTES, size * 16)
-    if sample.valid_bytes >= lag:
+        size = min(limit, size * 16)
+    covered = sample.next_offset - committed  # a record-batch answer may start before ``committed``
+    if covered >= lag:
         return LagMessages(len(sample.payloads), True)
-    return LagMessages(scale(lag, len(sample.payloads), sample.valid_bytes), False)
+    return LagMessages(scale(lag, len(sample.payloads), max(1, covered)), False)

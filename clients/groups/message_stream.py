@@ -37,7 +37,11 @@ class ConsumedMessage(NamedTuple):
     next_offset: int  # the offset after this message: where a restart resumes
     payload: bytes
     envelope: object = None  # audit.envelope: the stripped mpbroker.clients.core.envelope.Envelope (None: there was none)
-    offset: int = -1  # where this message starts (a compressed wrapper's messages: the wrapper's start)
+    offset: int = -1  # where this message starts (a compressed wrapper's messages: the wrapper's start; a record: its offset)
+    # A record of a record-batch partition (modern producers); a 0.7 message has no key, headers or timestamp.
+    key: bytes | None = None
+    headers: tuple = ()
+    timestamp: int | None = None  # ms (-1: the record has none)
 
 
 class PartitionTopicInfo:
@@ -77,6 +81,7 @@ class MessageStream:
         self._payloads = ()
         self._offsets = ()
         self._first_offset = 0  # where the chunk's first message starts
+        self._records = None  # a chunk of records (record batches): the MessageSet, for offsets, keys, headers
         self._position = 0
         self._finished = None  # (info, next offset) of the message handed out last
         self._ended = False
@@ -100,6 +105,12 @@ class MessageStream:
                     info.returned_offset = next_offset
                     if self._auto_finish:
                         self._finished = (info, next_offset)
+                    records = self._records
+                    if records is not None:
+                        return ConsumedMessage(info.topic, info.partition.broker_id, info.partition.partition,
+                                               next_offset, self._payloads[position], None,
+                                               records.record_offsets[position], records.keys[position],
+                                               records.headers[position], records.timestamps[position])
                     return ConsumedMessage(info.topic, info.partition.broker_id, info.partition.partition,
                                            next_offset, self._payloads[position], None,
                                            self._offsets[position - 1] if position else self._first_offset)
@@ -116,6 +127,7 @@ class MessageStream:
                 self._info, message_set = item
                 self._payloads, self._offsets, self._position = message_set.payloads, message_set.next_offsets, 0
                 self._first_offset = message_set.offset
+                self._records = message_set if message_set.record_batches else None
 
     def clear(self) -> None:
         """Drop every queued chunk (a rebalance: their partitions may move)."""

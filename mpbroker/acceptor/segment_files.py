@@ -18,18 +18,35 @@ current one from the table, an older one from the partition's
 ``leader-epoch-checkpoint`` (read once per leader epoch: the history below the
 current epoch does not change while it lasts); the bytes never cross an epoch's end.
 ``epoch_end`` answers LEADER_EPOCH_END from the same file.
+
+A log of modern record batches (``segments.record_format``) is fetched over 0.7 too:
+its bytes are sent as they are (sendfile) under error code RECORD_BATCHES (13), so a
+0.7 client that does not know it stops instead of reading batches as messages. The
+answer starts at a batch: at the fetch offset when a batch starts there, else at the
+start of the batch holding it (found as the modern fetch finds it,
+``kafka.reads.batch_start``), since a reader commits the offsets of records, which lie
+inside their batch; the client skips the records below its offset. Followers'
+fetches are not changed.
 """
 
+import bisect
 import errno
 import os
 
+from mpbroker.acceptor.kafka.reads import batch_start
 from mpbroker.clock import wall_clock_ms
 from mpbroker.codec.errors import ErrorCode, LogCorruptError, OffsetOutOfRangeError
 from mpbroker.ipc.partition_table import Role, TornEntryError
 from mpbroker.ownership import owner_slot
 from mpbroker.segments.leader_epochs import UNDEFINED, LeaderEpochs
 from mpbroker.segments.log_view import locate
-from mpbroker.segments.naming import LEADER_EPOCH_FILE, list_segment_bases, partition_dir_name, segment_file_name
+from mpbroker.segments.naming import (
+    LEADER_EPOCH_FILE,
+    RECORD_BATCHES_FILE,
+    list_segment_bases,
+    partition_dir_name,
+    segment_file_name,
+)
 from mpbroker.segments.offsets import offsets_before
 
 _PATIENCE_WITH_FALLBACK_S = 0.002
@@ -149,6 +166,14 @@ class SegmentFiles:
         """The partition's view (None if no worker has its log): for the modern reads."""
         return self._view(topic, partition)
 
+    @staticmethod
+    def record_batches(view) -> bool:
+        """Whether the view's log holds modern record batches (its format file, read once:
+        a partition's format is fixed when its directory is made)."""
+        if view.record_batches is None:
+            view.record_batches = os.path.exists(os.path.join(view.directory, RECORD_BATCHES_FILE))
+        return view.record_batches
+
     def partition_state(self, view):
         """The view's published state, its segment list brought up to date (may raise
         TornEntryError)."""
@@ -216,7 +241,27 @@ class SegmentFiles:
                 return ErrorCode.NO_ERROR, None
         else:
             return ErrorCode.NOT_LEADER, None
+        if self.record_batches(view):
+            return self._fetch_batches(view, end, offset, max_size)
         return self._locate(view, end, offset, max_size)
+
+    def _fetch_batches(self, view, end: int, offset: int, max_size: int):
+        """A 0.7 fetch of a record-batch log: from the start of the batch holding
+        ``offset``, with RECORD_BATCHES when it sends bytes (see the module docstring)."""
+        start = offset
+        bases = view.bases
+        if bases and bases[0] <= offset < end:
+            index = bisect.bisect_right(bases, offset) - 1
+            segment_end = min(bases[index + 1], end) if index + 1 < len(bases) else end
+            try:
+                start = batch_start(view, view.file(index), bases[index], segment_end, offset)
+            except FileNotFoundError:  # deleted by retention since we listed it
+                view.version = -1
+                return ErrorCode.OFFSET_OUT_OF_RANGE, None
+        error, found = self._locate(view, end, start, max_size)
+        if found is None:
+            return error, None
+        return ErrorCode.RECORD_BATCHES, found
 
     def _locate(self, view, end: int, offset: int, max_size: int):
         try:

@@ -3,12 +3,14 @@
     mpbroker-console-consumer --broker-list HOST:PORT[,..] --topic T [--partition P]
         [--from-beginning | --offset N | --offset-by-time TIME] [--max-messages N]
         [--timeout-ms N] [--wait-for-topic] [--fetch-size N] [--max-fetch-size N]
-        [--print-partition] [--print-offset] [--strip-envelopes [--print-envelope]]
+        [--print-partition] [--print-offset] [--print-timestamp] [--print-headers] [--print-key]
+        [--strip-envelopes [--print-envelope]]
 
     mpbroker-console-consumer --zookeeper ZK [--group G]
         (--topic T | --whitelist REGEX | --blacklist REGEX) [--wait-for-topic]
         [--from-beginning] [--max-messages N] [--timeout-ms N] [--zk-timeout-ms N]
-        [--print-partition] [--print-offset] [--strip-envelopes [--print-envelope]]
+        [--print-partition] [--print-offset] [--print-timestamp] [--print-headers] [--print-key]
+        [--strip-envelopes [--print-envelope]]
 
 With ``--broker-list`` (alias ``--bootstrap-server``): reads every partition of the
 topic on every listed broker (or partition P of each) from the latest offset, the
@@ -37,6 +39,12 @@ committed offset, or without one at the latest offset (the earliest with
 leader). On exit -- ``--max-messages``, ``--timeout-ms``, SIGINT or
 SIGTERM -- the offsets of everything printed are committed, so a rerun with the same
 group goes on where this one stopped.
+
+A topic written by modern producers (record batches) prints each record's value;
+``--print-timestamp``, ``--print-headers`` and ``--print-key`` add its timestamp, headers
+and key (``console_consumer_output``). Its offsets are byte positions too (a batch at
+[p, q) with n records holds q-n .. q-1): ``--print-offset`` prints a record's offset and
+offset + 1, and ``--offset`` takes either.
 
 ``--strip-envelopes`` prints the payloads inside producers' audit envelopes
 (``mpbroker.clients.core.envelope``; other payloads as they are); ``--print-envelope`` adds

@@ -63,6 +63,14 @@ def parser() -> argparse.ArgumentParser:
                         help="prefix 'offset=<offset> next_offset=<next offset>' and TAB: where the message starts "
                              "(give it to --offset to read the message again) and where the next one starts (what "
                              "a consumer commits)")
+    parser.add_argument("--print-timestamp", action="store_true",
+                        help="prefix 'timestamp=<ms>' and TAB: a record's timestamp (-1: none; a 0.7 message has none: "
+                             "'timestamp=-')")
+    parser.add_argument("--print-headers", action="store_true",
+                        help="prefix a record's headers as <key>:<value>,... (NO_HEADERS without any; a null value: "
+                             "null) and TAB")
+    parser.add_argument("--print-key", action="store_true",
+                        help="prefix a record's key (null without one, as for every 0.7 message) and TAB")
     parser.add_argument("--strip-envelopes", action="store_true",
                         help="print payloads without the producers' audit envelopes (others as they are)")
     parser.add_argument("--print-envelope", action="store_true",

@@ -136,9 +136,13 @@ def _consume(plan, args, out) -> int:
                 got_any = True
                 envelopes = message_set.envelopes or itertools.repeat(None)
                 starts = message_set.offsets if args.print_offset else itertools.repeat(None)
-                for payload, start, next_offset, envelope in zip(message_set.payloads, starts,
-                                                                 message_set.next_offsets, envelopes):
-                    out.write(message_prefix(args, stream.label, start, next_offset, envelope) + payload + b"\n")
+                keys = message_set.keys or itertools.repeat(None)
+                headers = message_set.headers or itertools.repeat(())
+                timestamps = message_set.timestamps or itertools.repeat(None)
+                for payload, start, next_offset, envelope, key, header, timestamp in zip(
+                        message_set.payloads, starts, message_set.next_offsets, envelopes, keys, headers, timestamps):
+                    out.write(message_prefix(args, stream.label, start, next_offset, envelope, key, header, timestamp)
+                              + payload + b"\n")
                     printed += 1
                     if args.max_messages is not None and printed >= args.max_messages:
                         out.flush()

@@ -158,7 +158,8 @@ def _consume_group(stream, args, out, stop) -> int:
                 partition = b"%d" % message.partition
             else:
                 partition = b"%d-%d" % (message.broker_id, message.partition)
-            prefix = message_prefix(args, partition, message.offset, message.next_offset, message.envelope)
+            prefix = message_prefix(args, partition, message.offset, message.next_offset, message.envelope,
+                                    message.key, message.headers, message.timestamp)
             out.write(prefix + message.payload + b"\n")
             printed += 1
             now = last_message = time.monotonic()

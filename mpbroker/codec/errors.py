@@ -25,6 +25,13 @@ class ErrorCode(IntEnum):
     NOT_ENOUGH_REPLICAS = 10  # durability 2 and an ISR smaller than min.insync.replicas: nothing appended
     FENCED_LEADER_EPOCH = 11  # a replica request under an older leader epoch than the leader's
     UNKNOWN_LEADER_EPOCH = 12  # a replica request under a newer leader epoch than the leader knows yet: retry
+    # A 0.7 FETCH/MULTIFETCH of a partition that modern producers wrote: the bytes are
+    # modern record batches (magic 2), not 0.7 messages. Offsets are still byte
+    # positions: a batch at [p, q) with n records holds offsets q-n .. q-1 (its
+    # baseOffset is q-n) and a reader goes on at q. An answer at an offset inside a
+    # batch starts at that batch (the reader skips the records below its offset). A
+    # client that does not know this code stops with an unknown error.
+    RECORD_BATCHES = 13
 
 
 class MPBrokerError(Exception):

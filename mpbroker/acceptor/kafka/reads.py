@@ -32,7 +32,6 @@ from mpbroker.kafka_protocol.errors import KafkaError
 from mpbroker.records.batch import RecordBatchError
 from mpbroker.records.legacy import legacy_to_batches
 from mpbroker.segments.log_view import FileRange
-from mpbroker.segments.naming import RECORD_BATCHES_FILE
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +67,7 @@ class ModernReads:
         return self._files.knows_topic(topic)
 
     def record_batches(self, view) -> bool:
-        if view.record_batches is None:
-            view.record_batches = os.path.exists(os.path.join(view.directory, RECORD_BATCHES_FILE))
-        return view.record_batches
+        return self._files.record_batches(view)
 
     def bounds(self, topic: str, partition: int):
         """``(error, view, state, visible end)``: what readers of the partition may see."""
@@ -161,29 +158,44 @@ class ModernReads:
     # --- finding where a batch or message starts ------------------------------------
 
     def _walk(self, view, fd, base, segment_end, offset, length_at) -> int:
-        """The start of the batch (or 0.7 message) holding ``offset``, walking the
-        frames from the nearest known start before it. Remembers some starts."""
-        known = view.boundaries.setdefault(base, [base])
-        position = known[bisect.bisect_right(known, offset) - 1]
-        passed = 0
+        return walk_to_frame(view, fd, base, segment_end, offset, length_at)
+
+
+def batch_start(view, segment_file, base: int, segment_end: int, offset: int) -> int:
+    """The start of the record batch holding ``offset`` (``offset`` itself when a batch
+    starts there) in the segment at ``base`` of a record-batch log: what a 0.7 fetch
+    of such a log answers from (``SegmentFiles.fetch``)."""
+    fd = segment_file.fd
+    head = os.pread(fd, BATCH_HEADER_BYTES, offset - base) if segment_end - offset >= BATCH_HEADER_BYTES else b""
+    if _batch_starts_at(head, offset):
+        return offset
+    return walk_to_frame(view, fd, base, segment_end, offset, _batch_length)
+
+
+def walk_to_frame(view, fd, base, segment_end, offset, length_at) -> int:
+    """The start of the batch (or 0.7 message) holding ``offset``, walking the
+    frames from the nearest known start before it. Remembers some starts."""
+    known = view.boundaries.setdefault(base, [base])
+    position = known[bisect.bisect_right(known, offset) - 1]
+    passed = 0
+    while True:
+        chunk = os.pread(fd, WALK_CHUNK, position - base)
+        at = 0
         while True:
-            chunk = os.pread(fd, WALK_CHUNK, position - base)
-            at = 0
-            while True:
-                size = length_at(chunk, at)
-                if size <= 0:  # the chunk ends inside a frame's length: read on from there
-                    break
-                if position + at + size > offset:
-                    return position + at
-                at += size
-                passed += 1
-                if passed % REMEMBER_EVERY == 0 and len(known) < MAX_REMEMBERED:
-                    bisect.insort(known, position + at)
-            if at == 0:
-                raise OSError(f"the frame at {position} in segment {base} of {view.directory} runs past its end")
-            position += at
-            if position >= segment_end:
-                return segment_end
+            size = length_at(chunk, at)
+            if size <= 0:  # the chunk ends inside a frame's length: read on from there
+                break
+            if position + at + size > offset:
+                return position + at
+            at += size
+            passed += 1
+            if passed % REMEMBER_EVERY == 0 and len(known) < MAX_REMEMBERED:
+                bisect.insort(known, position + at)
+        if at == 0:
+            raise OSError(f"the frame at {position} in segment {base} of {view.directory} runs past its end")
+        position += at
+        if position >= segment_end:
+            return segment_end
 
 
 def _converted(data, start: int) -> tuple:
