@@ -69,7 +69,10 @@ def test_console_consumer_group_and_groups_tool_lag_on_a_modern_topic(broker_fac
     zk = KazooClient(zk_connect)
     zk.start(10)
     try:
-        wait_for(lambda: zk.exists(layout.topic_broker_path(topic, 1)), 15, 0.05, f"{topic} registered")
+        # With ZooKeeper a topic a modern client makes is the controller's (a replicated
+        # topic, here of one replica): its assignment names its partitions.
+        wait_for(lambda: zk.exists(layout.topic_path(topic)) and zk.get(layout.topic_path(topic))[0], 15, 0.05,
+                 f"{topic} registered")
     finally:
         zk.stop()
         zk.close()
