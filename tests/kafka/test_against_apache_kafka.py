@@ -537,7 +537,7 @@ def create_and_describe(broker, topic):
     entries = future.result(TIMEOUT_S)
     metadata = admin.list_topics(topic, timeout=TIMEOUT_S).topics[topic]
     return {"partitions": len(metadata.partitions),
-            "set": {key: (entries[key].value, entries[key].source, entries[key].is_default)
+            "set": {key: (entries[key].value, entries[key].source, entries[key].is_default, entries[key].is_read_only)
                     for key in TOPIC_CONFIG if key in entries}}
 
 
@@ -552,7 +552,8 @@ def describe_defaults(broker, topic):
     create_topic(broker, topic, partitions=1)
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     [future] = admin.describe_configs([ConfigResource("TOPIC", topic)]).values()
-    return {key: (entry.value, entry.source, entry.is_default) for key, entry in future.result(TIMEOUT_S).items()}
+    return {key: (entry.value, entry.source, entry.is_default, entry.is_read_only)
+            for key, entry in future.result(TIMEOUT_S).items()}
 
 
 # mpbroker's own broker defaults (0.7's log.flush.interval, log.default.flush.interval.ms,
@@ -569,13 +570,13 @@ def test_describe_configs_default_values(both, topic):
 
 
 @pytest.mark.xfail(strict=True, reason="defect in mpbroker: a topic key set nowhere (neither the topic nor "
-                   "server.properties) is described as STATIC_BROKER_CONFIG (source 4), is_default false; Kafka "
-                   "says DEFAULT_CONFIG (5), is_default true (and min.insync.replicas: its cluster-level dynamic "
-                   "default, source 3, written by kafka-storage format)")
+                   "server.properties) is described as STATIC_BROKER_CONFIG (source 4), is_default false, "
+                   "read-only; Kafka says DEFAULT_CONFIG (5), is_default true, not read-only (min.insync.replicas: "
+                   "its cluster-level dynamic default, source 3, written by kafka-storage format)")
 def test_describe_configs_default_sources(both, topic):
     answers = on_both(both, describe_defaults, topic)
     kafka, mp = answers["kafka"], answers["mpbroker"]
-    assert {mp[key][1:] for key in mp} == {(4, False)}
+    assert {mp[key][1:] for key in mp} == {(4, False, True)}
     assert {key: kafka[key][1:] for key in mp} == {key: mp[key][1:] for key in mp}
 
 
