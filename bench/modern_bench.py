@@ -57,17 +57,32 @@ ratio of the bests and of the medians to the baseline, and CPU seconds per milli
 process's (the client: for confluent-kafka, its librdkafka threads too). Where the client's
 CPU is most of a run's, the client is the limit, not the broker.
 
+Apache Kafka columns (``--kafka``, on by default where ``mpbroker.testing.apache_kafka``
+finds Maven and Java; ``--no-kafka`` off): Kafka 4.4 (one KRaft node, its default settings
+but one partition a topic and 512 MB of heap; jars fetched by Maven into
+~/.cache/mpbroker-apache-kafka the first time) runs beside the broker for the whole run,
+and rows 1 and 4 run against it too, interleaved with the others:
+
+8. ``kafka_produce_acks1``: row 1's producer against Kafka.
+9. ``kafka_fetch``: row 4's consumer against Kafka, reading N messages row 1's producer wrote there.
+
+The "mpbroker/Kafka" columns give row 1 against row 8 and row 4 against row 9 (bests, and
+medians). Broker CPU of the Kafka rows is the JVM's (its whole process tree). Both brokers
+are up during every row: the idle one costs little, but it is not nothing on 2 cores.
+
 Sizes: N = 1,000,000 (--quick: 20,000). ``bench/results/modern_bench.{md,json}`` hold every
 run, the settings, the versions and the machine.
 """
 
 import argparse
+import contextlib
 import importlib.metadata
 import itertools
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import confluent_kafka
@@ -81,6 +96,7 @@ from bench.interrupts import stop_on_signals
 from bench.paper.messages import MESSAGE_BYTES, make_payload
 from mpbroker.clients import Producer as LegacyProducer
 from mpbroker.clients import SimpleConsumer
+from mpbroker.testing import apache_kafka
 from mpbroker.testing.process_cpu import tree_cpu_seconds
 
 BATCH = 50
@@ -91,6 +107,7 @@ LINGER_MS = 5
 QUEUE_BACKOFF_MS = 1  # the modern consumer's fetch.queue.backoff.ms (librdkafka's default: 1000)
 TARGETS = {"modern_produce_acks1": 0.8, "modern_fetch": 0.8}
 BASELINES = {"modern_produce_acks1": "legacy_produce_b50_acked", "legacy_produce_b50_ff": "legacy_produce_b50_acked",
+             "kafka_produce_acks1": "legacy_produce_b50_acked", "kafka_fetch": "legacy_fetch",
              "modern_fetch": "legacy_fetch", "modern_fetch_of_legacy": "legacy_fetch",
              "modern_fetch_default_backoff": "legacy_fetch"}
 LABELS = {
@@ -101,7 +118,11 @@ LABELS = {
     "legacy_fetch": "0.7 fetch, SimpleConsumer 200 KB fetches, 0.7-written data",
     "modern_fetch_of_legacy": "modern fetch of 0.7-written data (converted)",
     "modern_fetch_default_backoff": "modern fetch, librdkafka's default fetch.queue.backoff.ms=1000",
+    "kafka_produce_acks1": "Apache Kafka 4.4: row 1's produce",
+    "kafka_fetch": "Apache Kafka 4.4: row 4's fetch",
 }
+# mpbroker's row -> the same client against Apache Kafka
+KAFKA_PEERS = {"modern_produce_acks1": "kafka_produce_acks1", "modern_fetch": "kafka_fetch"}
 SIZES = {"default": {"messages": 1_000_000, "repeats": 5}, "quick": {"messages": 20_000, "repeats": 2}}
 QUIET = {"log_level": 3}  # librdkafka: errors only
 
@@ -109,7 +130,7 @@ QUIET = {"log_level": 3}  # librdkafka: errors only
 # --- measurement -------------------------------------------------------------------------
 
 
-def measured(server: BenchBroker, messages: int, run) -> dict:
+def measured(server, messages: int, run) -> dict:
     """Time ``run()`` (it returns when its ``messages`` are through) with the broker's CPU
     (its whole process tree) and this process's CPU (all its threads) over it."""
     broker_before, client_before = tree_cpu_seconds(server.process.pid), time.process_time()
@@ -125,10 +146,20 @@ def measured(server: BenchBroker, messages: int, run) -> dict:
             "client_cpu_s_per_million": client_cpu / messages * 1e6}
 
 
-def create_topic(server: BenchBroker, topic: str) -> None:
+def create_topic(server, topic: str) -> None:
     """Create ``topic`` (a modern Metadata request auto-creates it) and wait for the broker to list it."""
     producer = Producer({"bootstrap.servers": server.bootstrap, **QUIET})
     producer.list_topics(topic, timeout=10)
+    if isinstance(server, apache_kafka.ApacheKafka):  # Kafka: until its partition has a leader
+        deadline = time.monotonic() + 30
+        while True:
+            described = producer.list_topics(topic, timeout=10).topics.get(topic)
+            if described and described.error is None and described.partitions and \
+                    described.partitions[0].leader >= 0:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic} was not created on Kafka")
+            time.sleep(0.05)
     del producer
     deadline = time.monotonic() + 10
     while not any(p["topic"] == topic for p in server.status()["partitions"]):
@@ -137,7 +168,7 @@ def create_topic(server: BenchBroker, topic: str) -> None:
         time.sleep(0.01)
 
 
-def high_watermark(server: BenchBroker, topic: str) -> int:
+def high_watermark(server, topic: str) -> int:
     consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "modern-bench-check", **QUIET})
     try:
         return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1]
@@ -148,13 +179,13 @@ def high_watermark(server: BenchBroker, topic: str) -> int:
 # --- produce ----------------------------------------------------------------------------
 
 
-def modern_produce(server: BenchBroker, topic: str, count: int, payload: bytes) -> dict:
+def modern_produce(server, topic: str, count: int, payload: bytes) -> dict:
     failures = []
     producer = Producer({"bootstrap.servers": server.bootstrap, "acks": 1, "linger.ms": LINGER_MS, **QUIET,
                          # a delivery report for failed messages only: nothing per message on success
                          "delivery.report.only.error": True, "on_delivery": lambda error, _: failures.append(error)})
     producer.list_topics(topic, timeout=10)  # connected, the partition known: not measured
-    produce, poll = producer.produce, producer.poll
+    produce, poll, flush = producer.produce, producer.poll, producer.flush
 
     def run():
         for _ in range(count):
@@ -164,7 +195,7 @@ def modern_produce(server: BenchBroker, topic: str, count: int, payload: bytes) 
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     poll(0.001)
-        left = producer.flush(120)
+        left = flush(120)
         if left or failures:
             raise RuntimeError(f"{topic}: {left} messages not delivered, {len(failures)} failed: {failures[:1]}")
 
@@ -197,7 +228,7 @@ def legacy_produce(server: BenchBroker, topic: str, count: int, payload: bytes, 
 # --- fetch ------------------------------------------------------------------------------
 
 
-def modern_fetch(server: BenchBroker, topic: str, count: int, queue_backoff_ms: int | None = QUEUE_BACKOFF_MS,
+def modern_fetch(server, topic: str, count: int, queue_backoff_ms: int | None = QUEUE_BACKOFF_MS,
                  timeout_s: float = 120) -> dict:
     """``queue_backoff_ms``: librdkafka's ``fetch.queue.backoff.ms`` (None: its default)."""
     backoff = {} if queue_backoff_ms is None else {"fetch.queue.backoff.ms": queue_backoff_ms}
@@ -259,7 +290,7 @@ def interleaved(repeats: int, runs: dict) -> dict:
     return results
 
 
-def produce_rows(server: BenchBroker, args, payload: bytes) -> dict:
+def produce_rows(server: BenchBroker, args, payload: bytes, kafka=None) -> dict:
     numbers = itertools.count()
     count = args.messages
 
@@ -275,31 +306,49 @@ def produce_rows(server: BenchBroker, args, payload: bytes) -> dict:
         modern_topics.append(fresh("modern-produce"))
         return modern_produce(server, modern_topics[-1], count, payload)
 
-    runs = interleaved(args.repeats, {
+    kafka_topics = []
+
+    def on_kafka():
+        kafka_topics.append(f"kafka-produce-{next(numbers)}")
+        create_topic(kafka, kafka_topics[-1])
+        return modern_produce(kafka, kafka_topics[-1], count, payload)
+
+    rows = {
         "modern_produce_acks1": modern,
         "legacy_produce_b50_acked": lambda: legacy_produce(server, fresh("legacy-acked"), count, payload, "append"),
         "legacy_produce_b50_ff": lambda: legacy_produce(server, fresh("legacy-ff"), count, payload, "none"),
-    })
+    }
+    if kafka is not None:
+        rows["kafka_produce_acks1"] = on_kafka
+    runs = interleaved(args.repeats, rows)
     for topic in modern_topics:  # offsets are byte positions: at least the values' bytes
         if high_watermark(server, topic) < count * MESSAGE_BYTES:
             raise RuntimeError(f"{topic}: high watermark {high_watermark(server, topic)}, "
                                f"short of {count} values of {MESSAGE_BYTES} B")
+    for topic in kafka_topics:  # Kafka's offsets count records
+        if high_watermark(kafka, topic) != count:
+            raise RuntimeError(f"Kafka {topic}: high watermark {high_watermark(kafka, topic)}, not {count}")
     return runs
 
 
-def fetch_rows(server: BenchBroker, args, payload: bytes) -> dict:
+def fetch_rows(server: BenchBroker, args, payload: bytes, kafka=None) -> dict:
     count = args.messages // BATCH * BATCH
     create_topic(server, "fetch-modern")
     modern_produce(server, "fetch-modern", count, payload)
     legacy_produce(server, "fetch-legacy", count, payload, "append", warm=False)
     for topic in ("fetch-modern", "fetch-legacy"):
         wait_flushed(server, topic)
-    return interleaved(args.repeats, {
+    rows = {
         "modern_fetch": lambda: modern_fetch(server, "fetch-modern", count),
         "legacy_fetch": lambda: legacy_fetch(server, "fetch-legacy", count),
         "modern_fetch_of_legacy": lambda: modern_fetch(server, "fetch-legacy", count),
         "modern_fetch_default_backoff": lambda: modern_fetch(server, "fetch-modern", count, queue_backoff_ms=None),
-    })
+    }
+    if kafka is not None:
+        create_topic(kafka, "fetch-kafka")
+        modern_produce(kafka, "fetch-kafka", count, payload)
+        rows["kafka_fetch"] = lambda: modern_fetch(kafka, "fetch-kafka", count)
+    return interleaved(args.repeats, rows)
 
 
 def summary(name: str, runs: list, all_runs: dict) -> dict:
@@ -310,6 +359,12 @@ def summary(name: str, runs: list, all_runs: dict) -> dict:
            "broker_cpu_s_per_million": statistics.median(run["broker_cpu_s_per_million"] for run in runs),
            "client_cpu_s_per_million": statistics.median(run["client_cpu_s_per_million"] for run in runs),
            "baseline": BASELINES.get(name), "target": TARGETS.get(name), "runs": runs}
+    peer = KAFKA_PEERS.get(name)
+    if peer in all_runs:
+        kafka_rates = [run["messages_per_s"] for run in all_runs[peer]]
+        row["kafka_row"] = peer
+        row["vs_kafka"] = row["best"] / max(kafka_rates)
+        row["vs_kafka_median"] = row["median"] / statistics.median(kafka_rates)
     if row["baseline"]:
         base = [run["messages_per_s"] for run in all_runs[row["baseline"]]]
         row["ratio"] = row["best"] / max(base)
@@ -324,14 +379,18 @@ def summary(name: str, runs: list, all_runs: dict) -> dict:
     return row
 
 
-def table_row(row: dict) -> list:
+def table_row(row: dict, with_kafka: bool = False) -> list:
+    kafka = []
+    if with_kafka:
+        kafka = [f"{row['vs_kafka']:.2f}x" if "vs_kafka" in row else "-",
+                 f"{row['vs_kafka_median']:.2f}x" if "vs_kafka_median" in row else "-"]
     ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "(baseline)"
     medians = f"{row['median_ratio']:.2f}x" if "median_ratio" in row else "-"
     target = f">= {row['target']}x" if row["target"] is not None else "-"
     met = ("yes" if row["met"] else "no") if "met" in row else "-"
     return [row["label"], f"{row['best']:,.0f}", f"{row['median']:,.0f}", f"{row['best_mb_per_s']:,.1f}",
             ratio, medians, target, met, f"{row['broker_cpu_s_per_million']:.2f}",
-            f"{row['client_cpu_s_per_million']:.2f}"]
+            f"{row['client_cpu_s_per_million']:.2f}", *kafka]
 
 
 def git_commit() -> str:
@@ -342,18 +401,30 @@ def git_commit() -> str:
         return ""
 
 
+def java_version() -> str:
+    try:
+        run = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+        return (run.stderr or run.stdout).splitlines()[0]
+    except (OSError, IndexError):
+        return ""
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="20,000 messages, 2 repeats (seconds)")
     parser.add_argument("--messages", type=int, help="messages per run (default 1,000,000; --quick 20,000)")
     parser.add_argument("--repeats", type=int, help="interleaved runs of each row (default 5; --quick 2)")
     parser.add_argument("--dir", default=None, help="where the broker's files go (default: TMPDIR)")
+    parser.add_argument("--kafka", action=argparse.BooleanOptionalAction, default=None,
+                        help="rows 1 and 4 against Apache Kafka 4.4 too (default: where Maven and Java are)")
     parser.add_argument("--results-dir", default=RESULTS_DIR, help="where modern_bench.json and .md go")
     args = parser.parse_args(argv)
     for key, value in SIZES["quick" if args.quick else "default"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
     args.messages = max(BATCH, args.messages // BATCH * BATCH)
+    if args.kafka is None:
+        args.kafka = apache_kafka.available()
     return args
 
 
@@ -362,26 +433,34 @@ def main(argv=None) -> int:
     stop_on_signals()
     payload = make_payload()
     load_before = os.getloadavg()
-    with BenchBroker(args.dir) as server:
+    with contextlib.ExitStack() as stack:
+        kafka = None
+        if args.kafka:
+            kafka_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="apache-kafka-bench-", dir=args.dir))
+            kafka = stack.enter_context(apache_kafka.ApacheKafka(kafka_dir))
+            print(f"Apache Kafka {kafka.version} on {kafka.bootstrap}", flush=True)
+        server = stack.enter_context(BenchBroker(args.dir))
         workers = server.status().get("workers")
         print(f"produce, {args.messages:,} messages a run:", flush=True)
-        runs = produce_rows(server, args, payload)
+        runs = produce_rows(server, args, payload, kafka)
         print(f"fetch, {args.messages:,} messages a run:", flush=True)
-        runs.update(fetch_rows(server, args, payload))
+        runs.update(fetch_rows(server, args, payload, kafka))
     load_after = os.getloadavg()
     rows = [summary(name, row_runs, runs) for name, row_runs in runs.items()]
     print()
+    kafka_note = (f"; mpbroker/Kafka: the row against the same client on Apache Kafka "
+                  f"{apache_kafka.DEFAULT_VERSION} (one KRaft node) in the same run" if args.kafka else "")
     table = print_table(
         f"The modern Kafka protocol against mpbroker's 0.7 protocol, one broker (default settings), "
         f"{args.messages:,} messages of {MESSAGE_BYTES} B a run, {args.repeats} interleaved runs a row; "
         f"ratios to the row's baseline in the same run (best to best, median to median); "
-        f"CPU seconds per million messages, medians",
+        f"CPU seconds per million messages, medians{kafka_note}",
         ["row", "msg/s best", "msg/s median", "MB/s best", "ratio", "of medians", "target", "met",
-         "broker CPU s/M", "client CPU s/M"],
-        [table_row(row) for row in rows])
+         "broker CPU s/M", "client CPU s/M", *(["mpbroker/Kafka", "of medians"] if args.kafka else [])],
+        [table_row(row, args.kafka) for row in rows])
     notes = []
     for row in rows:
-        if row["row"].startswith("modern") and row["client_cpu_share"] > 0.5:
+        if row["row"].startswith(("modern", "kafka")) and row["client_cpu_share"] > 0.5:
             notes.append(f"{row['row']}: the client (confluent-kafka: librdkafka's threads and the Python loop) "
                          f"took {row['client_cpu_share']:.0%} of the CPU of a run (client + broker, median), "
                          f"{row['client_cores']:.2f} cores of the wall time; the broker "
@@ -389,7 +468,8 @@ def main(argv=None) -> int:
     load = (f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end "
             f"(other work on this machine moves the numbers; the ratios less)")
     versions = {"confluent_kafka": confluent_kafka.version(), "librdkafka": confluent_kafka.libversion()[0],
-                "mpbroker": importlib.metadata.version("mpbroker"), "commit": git_commit()}
+                "mpbroker": importlib.metadata.version("mpbroker"), "commit": git_commit(),
+                **({"apache_kafka": apache_kafka.DEFAULT_VERSION, "java": java_version()} if args.kafka else {})}
     print("\n".join([*notes, load, f"versions: {versions}"]))
     write_results("modern_bench", "\n\n".join([table, *notes, load, f"Versions: {versions}"]), {
         "settings": {**{k: v for k, v in vars(args).items() if k != "results_dir"}, "message_bytes": MESSAGE_BYTES,
@@ -397,6 +477,7 @@ def main(argv=None) -> int:
                      "consume_batch": CONSUME_BATCH, "broker_workers": workers},
         "versions": versions, "targets": TARGETS, "baselines": BASELINES,
         "ratios": {row["row"]: row.get("ratio") for row in rows}, "rows": rows,
+        "vs_kafka": {row["row"]: row["vs_kafka"] for row in rows if "vs_kafka" in row},
         "load_average": {"start": [round(x, 2) for x in load_before], "end": [round(x, 2) for x in load_after]},
     }, args.results_dir)
     return 0

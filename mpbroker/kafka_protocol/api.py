@@ -4,9 +4,9 @@ The tier is coherent on purpose (all non-flexible except ApiVersions 3): every c
 we test with (librdkafka and kcat, kafka-python, aiokafka, kafkajs, the Java clients)
 finds what it insists on. Two ranges per API: what ApiVersions *advertises* and what
 is *served*. They differ only for Produce: old librdkafka (kcat 1.7) turns gzip and
-snappy on only when Produce 0 lies in the advertised range, so 0-2 are advertised and
-answered with UNSUPPORTED_VERSION (message formats 0 and 1 are not taken), as Kafka 4
-does. An API of the tier not built yet is not advertised at all.
+snappy on only when Produce 0 lies in the advertised range, so 0-2 are advertised (as
+Kafka 4 advertises them) and answered with UNSUPPORTED_VERSION (message formats 0 and 1
+are not taken; Kafka 4.4 closes the connection instead). An API of the tier not built yet is not advertised at all.
 """
 
 from enum import IntEnum

@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from mpbroker.testing import apache_kafka
+
 pytest.importorskip("confluent_kafka")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -19,7 +21,7 @@ ROWS = ["modern_produce_acks1", "legacy_produce_b50_acked", "legacy_produce_b50_
 
 def test_quick_rows_write_every_figure(tmp_path):
     run = subprocess.run(
-        [sys.executable, "-m", "bench.modern_bench", "--quick", "--messages", "2000", "--repeats", "1",
+        [sys.executable, "-m", "bench.modern_bench", "--quick", "--messages", "2000", "--repeats", "1", "--no-kafka",
          "--dir", str(tmp_path), "--results-dir", str(tmp_path / "results")],
         cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
@@ -41,3 +43,24 @@ def test_quick_rows_write_every_figure(tmp_path):
         assert rows[name]["target"] == target and isinstance(rows[name]["met"], bool)
     assert "| modern produce" in run.stdout and "| 0.7 fetch" in run.stdout
     assert os.listdir(tmp_path) == ["results"]  # the broker's files are gone
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not apache_kafka.available(), reason=f"Apache Kafka cannot run here: {apache_kafka.missing()}")
+def test_quick_rows_with_apache_kafka(tmp_path):
+    """``--kafka``: rows 1 and 4 against Apache Kafka too, and the mpbroker/Kafka ratios."""
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.modern_bench", "--quick", "--messages", "2000", "--repeats", "1", "--kafka",
+         "--dir", str(tmp_path), "--results-dir", str(tmp_path / "results")],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    with open(tmp_path / "results" / "modern_bench.json") as f:
+        record = json.load(f)
+    rows = {row["row"]: row for row in record["rows"]}
+    assert list(rows) == ROWS[:3] + ["kafka_produce_acks1"] + ROWS[3:] + ["kafka_fetch"]
+    for mine, kafka in (("modern_produce_acks1", "kafka_produce_acks1"), ("modern_fetch", "kafka_fetch")):
+        assert rows[kafka]["best"] > 0 and rows[kafka]["runs"][0]["messages"] == 2000
+        assert abs(rows[mine]["vs_kafka"] - rows[mine]["best"] / rows[kafka]["best"]) < 1e-9
+    assert record["versions"]["apache_kafka"] == apache_kafka.DEFAULT_VERSION
+    assert "mpbroker/Kafka" in run.stdout
+    assert os.listdir(tmp_path) == ["results"]  # both brokers' files are gone

@@ -1,0 +1,299 @@
+"""Apache Kafka (one KRaft node, broker and controller in one JVM) run as a child process
+on this machine: the reference the modern listener is compared with
+(``tests/kafka/test_against_apache_kafka.py``, ``bench/modern_bench.py``). Nothing of
+Kafka is in the repository: its jars (``org.apache.kafka:kafka_2.13`` and what it depends
+on) are fetched from Maven Central with ``mvn`` into a cache under the user's home
+(``~/.cache/mpbroker-apache-kafka/<version>/lib``) the first time, then reused.
+
+    if available():
+        with ApacheKafka(directory) as kafka:
+            ... kafka.bootstrap ... (kafka.host, kafka.kafka_port: as LocalBroker's) ...
+
+Everything listens on 127.0.0.1 only, on ports free when it starts. Keyword properties
+use ``_`` for ``.`` and override the defaults of ``server.properties``.
+"""
+
+import base64
+import fcntl
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import uuid
+
+DEFAULT_VERSION = "4.4.0"
+CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "mpbroker-apache-kafka")
+# The broker logs through slf4j 1.7 (the kafka_2.13 pom leaves the binding to the
+# distribution): log4j's binding is fetched beside it so that its log is not empty.
+LOG4J_VERSION = "2.25.5"
+_NETWORK_FAILURES = ("Could not transfer", "UnknownHost", "Unknown host", "Connection refused", "Connect timed out",
+                     "Network is unreachable", "No route to host", "connect timed out", "Remote host terminated")
+
+
+class ApacheKafkaError(RuntimeError):
+    """Kafka could not be fetched or started (the message says why)."""
+
+
+class MavenCentralUnreachable(ApacheKafkaError):
+    """``mvn`` could not reach Maven Central (and the jars are not in the cache)."""
+
+
+def _java_major(java: str):
+    try:
+        run = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', run.stderr + run.stdout)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def missing() -> str:
+    """Why Kafka cannot run here ('' if Maven and a Java 17+ are there)."""
+    if not shutil.which("java"):
+        return "no java on PATH (Kafka 4 needs Java 17 or newer)"
+    major = _java_major(shutil.which("java"))
+    if major is None or major < 17:
+        return f"java on PATH is version {major}, Kafka 4 needs 17 or newer"
+    if not cached(DEFAULT_VERSION) and not shutil.which("mvn"):
+        return "no mvn on PATH to fetch Kafka's jars (and they are not in the cache)"
+    return ""
+
+
+def available() -> bool:
+    """Whether Maven and Java are there (or the jars already are): whether to try Kafka."""
+    return not missing()
+
+
+def lib_dir(version: str = DEFAULT_VERSION) -> str:
+    return os.path.join(CACHE_ROOT, version, "lib")
+
+
+def cached(version: str = DEFAULT_VERSION) -> bool:
+    return os.path.exists(os.path.join(CACHE_ROOT, version, "complete"))
+
+
+def _pom(version: str) -> str:
+    dependencies = [("org.apache.kafka", "kafka_2.13", version),
+                    ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]
+    listed = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
+                     "</dependency>\n" for g, a, v in dependencies)
+    return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n<modelVersion>4.0.0</modelVersion>\n'
+            "<groupId>mpbroker.testing</groupId><artifactId>apache-kafka-jars</artifactId><version>1</version>\n"
+            f"<packaging>pom</packaging>\n<dependencies>\n{listed}</dependencies>\n</project>\n")
+
+
+def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
+    """Kafka's jars in the cache (fetched with ``mvn`` the first time); their directory.
+    Raises MavenCentralUnreachable when Maven could not download, ApacheKafkaError else."""
+    if cached(version):
+        return lib_dir(version)
+    root = os.path.join(CACHE_ROOT, version)
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one fetch at a time; a second waiter finds it done
+        if cached(version):
+            return lib_dir(version)
+        work = tempfile.mkdtemp(prefix="fetch-", dir=root)
+        try:
+            with open(os.path.join(work, "pom.xml"), "w") as f:
+                f.write(_pom(version))
+            staged = os.path.join(work, "lib")
+            try:
+                run = subprocess.run(["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={staged}",
+                                      "-DincludeScope=runtime"], cwd=work, capture_output=True, text=True,
+                                     timeout=timeout)
+            except FileNotFoundError as e:
+                raise ApacheKafkaError("mvn is not on PATH") from e
+            except subprocess.TimeoutExpired as e:
+                raise MavenCentralUnreachable(f"mvn did not finish fetching Kafka {version} in {timeout}s") from e
+            output = run.stdout + run.stderr
+            if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"kafka_2.13-{version}.jar")):
+                kind = MavenCentralUnreachable if any(s in output for s in _NETWORK_FAILURES) else ApacheKafkaError
+                raise kind(f"mvn could not fetch org.apache.kafka:kafka_2.13:{version} "
+                           f"(exit {run.returncode}):\n{output[-4000:]}")
+            shutil.rmtree(lib_dir(version), ignore_errors=True)
+            os.rename(staged, lib_dir(version))
+            with open(os.path.join(root, "complete"), "w") as f:
+                f.write("\n".join(sorted(os.listdir(lib_dir(version)))) + "\n")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return lib_dir(version)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+LOG4J2 = """status = warn
+appender.out.type = Console
+appender.out.name = out
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.out.ref = out
+logger.kafka.name = kafka
+logger.kafka.level = INFO
+logger.state.name = state.change.logger
+logger.state.level = WARN
+"""
+
+
+class ApacheKafka:
+    """One Kafka node (KRaft: process.roles=broker,controller) in ``directory``."""
+
+    def __init__(self, directory, version: str = DEFAULT_VERSION, heap: str = "512m", **properties):
+        self.directory = str(directory)
+        self.version = version
+        self.heap = heap
+        os.makedirs(self.directory, exist_ok=True)
+        self.log_dir = os.path.join(self.directory, "kraft-logs")
+        self.config_path = os.path.join(self.directory, "server.properties")
+        self.output_path = os.path.join(self.directory, "kafka.log")
+        self.host = "127.0.0.1"
+        self.kafka_port = free_port()
+        self.controller_port = free_port()
+        self.properties = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "listeners": f"PLAINTEXT://{self.host}:{self.kafka_port},CONTROLLER://{self.host}:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.kafka_port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.quorum.bootstrap.servers": f"{self.host}:{self.controller_port}",
+            "log.dirs": self.log_dir,
+            "num.partitions": "1",
+            "auto.create.topics.enable": "true",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "transaction.state.log.num.partitions": "1",
+            "share.coordinator.state.topic.replication.factor": "1",
+            "share.coordinator.state.topic.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+        self.properties.update({key.replace("_", "."): str(value) for key, value in properties.items()})
+        self.process = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.kafka_port}"
+
+    def _java(self, main: str, *args, **kwargs):
+        return [shutil.which("java") or "java", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2.properties')}",
+                "-cp", os.path.join(self.lib, "*"), main, *args]
+
+    def start(self, timeout: float = 120.0) -> "ApacheKafka":
+        self.lib = fetch_jars(self.version)
+        with open(self.config_path, "w") as f:
+            f.writelines(f"{key}={value}\n" for key, value in self.properties.items())
+        with open(os.path.join(self.directory, "log4j2.properties"), "w") as f:
+            f.write(LOG4J2)
+        if not os.path.exists(os.path.join(self.log_dir, "meta.properties")):
+            cluster_id = _cluster_id()
+            run = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
+                                            self.config_path, "--standalone"),
+                                 capture_output=True, text=True, timeout=120)
+            if run.returncode != 0:
+                raise ApacheKafkaError(f"kafka-storage format failed ({run.returncode}):\n"
+                                       f"{(run.stdout + run.stderr)[-4000:]}")
+        with open(self.output_path, "a") as output:
+            self.process = subprocess.Popen(self._java("kafka.Kafka", self.config_path), stdout=output,
+                                            stderr=subprocess.STDOUT, start_new_session=True, cwd=self.directory)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ApacheKafkaError(f"Kafka exited with {self.process.returncode}:\n{self.output()[-6000:]}")
+            if self.ready():
+                return self
+            time.sleep(0.2)
+        self.close()
+        raise ApacheKafkaError(f"Kafka did not answer in {timeout}s:\n{self.output()[-6000:]}")
+
+    def ready(self) -> bool:
+        """ApiVersions answered without error and Metadata lists this broker."""
+        try:
+            with socket.create_connection((self.host, self.kafka_port), timeout=2) as s:
+                error = struct.unpack_from(">h", _call(s, 18, 0, 1, b""))[0]
+                if error != 0:
+                    return False
+                brokers = struct.unpack_from(">i", _call(s, 3, 1, 2, struct.pack(">i", 0)))[0]
+                return brokers >= 1
+        except (OSError, struct.error):
+            return False
+
+    def output(self) -> str:
+        try:
+            with open(self.output_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 30.0):
+        """SIGTERM (Kafka's controlled shutdown), then SIGKILL to its group after ``timeout``."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return self.process.returncode
+
+    def close(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(10)
+
+    def __enter__(self) -> "ApacheKafka":
+        return self.start() if self.process is None else self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.stop()
+        finally:
+            self.close()
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (22 chars)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def _call(sock, api_key: int, version: int, correlation: int, body: bytes) -> bytes:
+    """One request on a raw socket (header v1, client id "mpbroker-ready"); the answer after
+    its correlation id."""
+    client = b"mpbroker-ready"
+    payload = struct.pack(">hhih", api_key, version, correlation, len(client)) + client + body
+    sock.sendall(struct.pack(">i", len(payload)) + payload)
+    (size,) = struct.unpack(">i", _read(sock, 4))
+    answer = _read(sock, size)
+    if struct.unpack_from(">i", answer)[0] != correlation:
+        raise OSError("correlation id mismatch")
+    return answer[4:]
+
+
+def _read(sock, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = sock.recv(n)
+        if not chunk:
+            raise OSError("closed")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,634 @@
+"""The same client scripts against Apache Kafka 4.4 (one KRaft node, the reference:
+``mpbroker.testing.apache_kafka``) and against mpbroker's modern listener, their answers
+compared. Every difference found is either an assertion of what both answer or an
+``xfail(strict=True)`` that names the intended difference (so a change on either side
+shows). Kafka's jars come from Maven Central through ``mvn`` the first time (cached
+under ~/.cache/mpbroker-apache-kafka); the module is skipped, with the reason, only when
+Maven or Java is missing or Maven Central does not answer.
+
+Offsets differ by design: Kafka's are 0, 1, 2, ...; mpbroker's are byte positions with
+gaps. So offsets are compared by order and count, and by what a client does with them
+(it continues at last + 1 and gets exactly what came next)."""
+
+import struct
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaPythonTopicPartition
+from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
+
+from mpbroker.kafka_protocol.api import SUPPORTED
+from mpbroker.records import encode_batch
+from mpbroker.records.batch import pack_batch
+from mpbroker.records.crc import crc32c
+from mpbroker.testing import apache_kafka
+from mpbroker.testing.local_broker import LocalBroker
+from tests.kafka.conftest import TIMEOUT_S, assert_healthy
+from tests.kafka.test_bad_input import record
+from tests.kafka.wire import BASE_TS, Wire, good_batch
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+NAMES = ("kafka", "mpbroker")
+PARTITIONS = 2
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+_serial = iter(range(10**6))
+
+
+@pytest.fixture(scope="module")
+def apache(tmp_path_factory):
+    why = apache_kafka.missing()
+    if why:
+        pytest.skip(f"Apache Kafka cannot run here: {why}")
+    try:
+        apache_kafka.fetch_jars()
+    except apache_kafka.MavenCentralUnreachable as e:
+        pytest.skip(f"Maven Central does not answer: {str(e)[:500]}")
+    with apache_kafka.ApacheKafka(tmp_path_factory.mktemp("apache-kafka"), num_partitions=PARTITIONS) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="module")
+def mp(tmp_path_factory):
+    with LocalBroker(tmp_path_factory.mktemp("mpbroker"), num_workers=2, num_partitions=PARTITIONS) as broker:
+        yield broker
+        assert_healthy(broker)
+
+
+@pytest.fixture
+def both(apache, mp):
+    return {"kafka": apache, "mpbroker": mp}
+
+
+@pytest.fixture
+def topic(request):
+    name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60].strip("-")
+    return f"{name}-{next(_serial)}"
+
+
+def on_both(both, script, *args, **kwargs):
+    """``{"kafka": answer, "mpbroker": answer}`` of one script run against each."""
+    return {name: script(broker, *args, **kwargs) for name, broker in both.items()}
+
+
+def wait_for(predicate, what, timeout=TIMEOUT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def create_topic(broker, topic, partitions=PARTITIONS, config=None):
+    """CreateTopics, then wait until every partition has a leader and answers ListOffsets
+    (Kafka's leaders take a moment after CreateTopics answers)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})])[topic].result(TIMEOUT_S)
+
+    def led():
+        metadata = admin.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
+        return metadata is not None and metadata.error is None and len(metadata.partitions) == partitions and all(
+            p.leader >= 0 and p.error is None for p in metadata.partitions.values())
+    wait_for(led, f"leaders of {topic}")
+    with Wire(broker) as wire:
+        wait_for(lambda: all(list_offset(wire, topic, p, -1)[0] == 0 for p in range(partitions)), "ListOffsets")
+
+
+def list_offset(wire, topic, partition, timestamp, version=1):
+    """``(error, offset, timestamp)`` of ListOffsets for one partition."""
+    request = ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+                partition_index=partition, current_leader_epoch=-1, timestamp=timestamp, max_num_offsets=1)])])
+    answer = wire.call(2, version, bytes(request.encode(version=version)), ListOffsetsResponse)
+    [p] = answer.topics[0].partitions
+    return p.error_code, p.offset, p.timestamp
+
+
+def try_produce(broker, topic, partition, records, version=3):
+    """``(error, base offset)`` on a connection of its own, or "closed" if the broker
+    closed it instead of answering."""
+    with Wire(broker) as wire:
+        try:
+            return wire.produce(topic, partition, records, version=version)
+        except AssertionError:
+            return "closed"
+
+
+# ApiVersions
+
+
+def api_versions(broker):
+    with Wire(broker) as wire:
+        answer = wire.api_versions(2)
+    assert answer.error_code == 0
+    return {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+
+
+def test_api_versions_mpbrokers_ranges_lie_inside_kafkas(both):
+    answers = on_both(both, api_versions)
+    kafka, mp = answers["kafka"], answers["mpbroker"]
+    assert set(mp) == {int(key) for key in SUPPORTED}
+    outside = {key: (mp[key], kafka.get(key)) for key in mp
+               if key not in kafka or not (kafka[key][0] <= mp[key][0] and mp[key][1] <= kafka[key][1])}
+    assert not outside, f"mpbroker's range, Kafka's: {outside}"
+
+
+def flexible_frame(api_key, version, correlation, body, client_id=b"wire"):
+    """Request header v2 (the tagged fields after the client id), as clients send
+    ApiVersions 3 and up."""
+    payload = struct.pack(">hhih", api_key, version, correlation, len(client_id)) + client_id + b"\x00" + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def api_versions_unknown_version(broker):
+    with Wire(broker) as wire:
+        wire.send(flexible_frame(18, 99, 7, b"\x05wire\x021\x00"))
+        correlation, body = wire.read_frame()
+        answer = ApiVersionsResponse.decode(body, version=0)
+        still_open = wire.api_versions(0).error_code
+    return correlation, answer.error_code, 18 in {k.api_key for k in answer.api_keys}, still_open
+
+
+def test_api_versions_unknown_version(both):
+    answers = on_both(both, api_versions_unknown_version)
+    assert answers["kafka"] == answers["mpbroker"] == (7, 35, True, 0)
+
+
+def test_api_versions_v3_flexible(both):
+    def script(broker):
+        with Wire(broker) as wire:
+            wire.send(flexible_frame(18, 3, 8, b"\x05wire\x021\x00"))
+            correlation, body = wire.read_frame()
+        answer = ApiVersionsResponse.decode(body, version=3)
+        return correlation, answer.error_code, 0 in {k.api_key for k in answer.api_keys}
+    answers = on_both(both, script)
+    assert answers["kafka"] == answers["mpbroker"] == (8, 0, True)
+
+
+# Metadata
+
+
+def metadata_after_produce(broker, topic):
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    reports = []
+    producer.produce(topic, value=b"v", on_delivery=lambda err, msg: reports.append(err))
+    assert producer.flush(TIMEOUT_S) == 0 and reports == [None]
+    metadata = AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=TIMEOUT_S)
+    [node] = metadata.brokers.values()
+    described = metadata.topics[topic]
+    return {
+        "brokers": len(metadata.brokers),
+        "address": (node.host, node.port) == (broker.host, broker.kafka_port),
+        "controller is the broker": metadata.controller_id == node.id,
+        "topic error": described.error,
+        "partitions": sorted(described.partitions),
+        "leaders": {p.leader == node.id for p in described.partitions.values()},
+        "replicas": {tuple(p.replicas) == (node.id,) and tuple(p.isrs) == (node.id,)
+                     for p in described.partitions.values()},
+    }
+
+
+def test_metadata_one_broker_topic_auto_created_on_produce(both, topic):
+    answers = on_both(both, metadata_after_produce, topic)
+    assert answers["kafka"] == answers["mpbroker"], answers
+    assert answers["kafka"]["partitions"] == list(range(PARTITIONS))
+
+
+# Produce and consume round trips
+
+
+def sample(n, start=0):
+    return [(b"key-%d" % i, b"value-%d " % i * (i + 1), [("h", b"x%d" % i), ("second", b"")], BASE_TS + 7 * i)
+            for i in range(start, start + n)]
+
+
+def confluent_produce(broker, topic, messages, codec):
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "compression.type": codec, "linger.ms": 50})
+    reports = []
+    for key, value, headers, timestamp in messages:
+        producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp, partition=0,
+                         on_delivery=lambda err, msg: reports.append((err, msg.offset())))
+    assert producer.flush(TIMEOUT_S) == 0
+    assert [err for err, _ in reports] == [None] * len(messages)
+    return [offset for _, offset in reports]
+
+
+def confluent_consume(broker, topic, count, offset):
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, offset)])
+        got = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append(message)
+        extra = consumer.poll(0.5)  # nothing more than what was produced
+        assert extra is None or extra.error() is not None, extra.value()
+    finally:
+        consumer.close()
+    return [(m.key(), m.value(), [(k, v or b"") for k, v in m.headers() or []], m.timestamp()[1], m.offset())
+            for m in got]
+
+
+def kafka_python_produce(broker, topic, messages, codec):
+    producer = KafkaProducer(bootstrap_servers=broker.bootstrap, compression_type=None if codec == "none" else codec,
+                             linger_ms=50)
+    try:
+        futures = [producer.send(topic, key=key, value=value, headers=headers, timestamp_ms=timestamp, partition=0)
+                   for key, value, headers, timestamp in messages]
+        producer.flush(TIMEOUT_S)
+        return [future.get(TIMEOUT_S).offset for future in futures]
+    finally:
+        producer.close(5)
+
+
+def kafka_python_consume(broker, topic, count, offset):
+    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False)
+    try:
+        tp = KafkaPythonTopicPartition(topic, 0)
+        consumer.assign([tp])
+        if offset == OFFSET_BEGINNING:
+            consumer.seek_to_beginning(tp)
+        else:
+            consumer.seek(tp, offset)
+        got = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(got) < count and time.monotonic() < deadline:
+            got += consumer.poll(500).get(tp, [])
+        got += consumer.poll(300).get(tp, [])
+    finally:
+        consumer.close()
+    return [(r.key, r.value, [(k, v or b"") for k, v in r.headers], r.timestamp, r.offset) for r in got]
+
+
+CLIENTS = {"confluent-kafka": (confluent_produce, confluent_consume),
+           "kafka-python": (kafka_python_produce, kafka_python_consume)}
+
+
+def round_trip(broker, topic, client, codec):
+    """Three records, read from the beginning; two more, read from last + 1."""
+    produce, consume = CLIENTS[client]
+    first = produce(broker, topic, sample(3), codec)
+    read = consume(broker, topic, 3, OFFSET_BEGINNING)
+    second = produce(broker, topic, sample(2, start=3), codec)
+    read_on = consume(broker, topic, 2, read[-1][-1] + 1)
+    return {"produced offsets": first + second, "read": read, "read on": read_on}
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("client", CLIENTS)
+def test_round_trip(both, topic, client, codec):
+    answers = on_both(both, round_trip, topic, client, codec)
+    expected = [(key, value, headers, timestamp) for key, value, headers, timestamp in sample(5)]
+    for name, answer in answers.items():
+        records = [r[:4] for r in answer["read"] + answer["read on"]]
+        assert records == expected, name
+        read_offsets = [r[4] for r in answer["read"] + answer["read on"]]
+        assert read_offsets == answer["produced offsets"], name
+        assert read_offsets == sorted(set(read_offsets)), name
+    assert answers["kafka"]["produced offsets"] == list(range(5))
+
+
+# Bad input: the error codes of test_bad_input.py that both can be sent
+
+
+def bad_crc():
+    batch = bytearray(good_batch(3))
+    batch[-3] ^= 0xFF
+    return bytes(batch)
+
+
+def bad_crc_field():
+    batch = bytearray(good_batch(3))
+    batch[17] ^= 0x01
+    return bytes(batch)
+
+
+def bad_deltas(deltas):
+    region = b"".join(record(delta, b"value") for delta in deltas)
+    return pack_batch(region, len(deltas), base_timestamp=BASE_TS, max_timestamp=BASE_TS)
+
+
+def count_disagrees():
+    batch = bytearray(good_batch(2))
+    struct.pack_into(">i", batch, 57, 3)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    return bytes(batch)
+
+
+BAD_BATCHES = {
+    "bad-crc": bad_crc,
+    "bad-crc-field": bad_crc_field,
+    "truncated": lambda: good_batch(3)[:-4],
+    "oversized": lambda: good_batch(1, size=1_100_000),  # past both limits (1,000,000 and 1,048,588)
+    "deltas-0-2": lambda: bad_deltas((0, 2)),
+    "deltas-1-2": lambda: bad_deltas((1, 2)),
+    "deltas-0-0": lambda: bad_deltas((0, 0)),
+    "deltas-1-0": lambda: bad_deltas((1, 0)),
+    "count-disagrees": count_disagrees,
+}
+
+
+def bad_then_good(broker, topic, records):
+    """The bad batch's answer, and whether the log end stayed where it was."""
+    create_topic(broker, topic)
+    with Wire(broker) as wire:
+        assert wire.produce(topic, 0, good_batch(3))[0] == 0
+        end = list_offset(wire, topic, 0, -1)[1]
+    answer = try_produce(broker, topic, 0, records)
+    with Wire(broker) as wire:
+        unmoved = list_offset(wire, topic, 0, -1)[1] == end
+        assert wire.produce(topic, 0, good_batch(2))[0] == 0
+    return answer, unmoved
+
+
+REFUSED_ALIKE = ["bad-crc", "bad-crc-field", "oversized", "count-disagrees"]
+
+
+@pytest.mark.parametrize("bad", REFUSED_ALIKE)
+def test_bad_batch(both, topic, bad):
+    answers = on_both(both, bad_then_good, topic, BAD_BATCHES[bad]())
+    assert answers["kafka"] == answers["mpbroker"], answers
+    assert answers["kafka"][1], "the log end moved"
+
+
+@pytest.mark.xfail(strict=True, reason="intended difference: a batch cut short is CORRUPT_MESSAGE (2) in mpbroker "
+                   "(its length runs past the data), INVALID_RECORD (87) in Kafka ('must have at least one "
+                   "record batch'); both refuse it")
+def test_truncated_batch(both, topic):
+    answers = on_both(both, bad_then_good, topic, BAD_BATCHES["truncated"]())
+    assert answers == {"kafka": ((87, -1), True), "mpbroker": ((2, -1), True)}
+    assert answers["kafka"] == answers["mpbroker"]
+
+
+@pytest.mark.parametrize("bad", ["deltas-0-2", "deltas-1-2", "deltas-0-0", "deltas-1-0"])
+@pytest.mark.xfail(strict=True, reason="intended difference: Kafka appends an uncompressed batch whose records' "
+                   "offset deltas are not 0..n-1 (it assigns the base offset and never reads them); mpbroker "
+                   "refuses it with INVALID_RECORD (87): its offsets (q-n .. q-1) rest on them")
+def test_wrong_offset_deltas(both, topic, bad):
+    answers = on_both(both, bad_then_good, topic, BAD_BATCHES[bad]())
+    assert answers["kafka"][0][0] == 0 and answers["kafka"][1] is False  # appended
+    assert answers["mpbroker"] == ((87, -1), True)
+    assert answers["kafka"] == answers["mpbroker"]
+
+
+def two_batches(broker, topic):
+    create_topic(broker, topic)
+    return try_produce(broker, topic, 0, good_batch(2) + good_batch(3))
+
+
+@pytest.mark.xfail(strict=True, reason="intended difference (leniency): Kafka refuses a Produce (v3+) whose "
+                   "partition holds more than one batch with INVALID_RECORD (87); mpbroker appends both")
+def test_two_batches_in_one_partition(both, topic):
+    answers = on_both(both, two_batches, topic)
+    assert answers["kafka"] == (87, -1) and answers["mpbroker"][0] == 0
+    assert answers["kafka"] == answers["mpbroker"]
+
+
+@pytest.mark.parametrize("partition", [2, 5, 2**31 - 1, -1, -2])
+def test_unknown_partition(both, topic, partition):
+    def script(broker):
+        create_topic(broker, topic)
+        return try_produce(broker, topic, partition, good_batch())
+    answers = on_both(both, script)
+    assert answers["kafka"] == answers["mpbroker"], answers
+
+
+INVALID_NAMES = ["../x", "..", ".", "a/b", "x" * 300, "", "sp ace"]
+
+
+@pytest.mark.parametrize("name", INVALID_NAMES)
+@pytest.mark.xfail(strict=True, reason="intended difference: a Produce for an invalid topic name is "
+                   "INVALID_TOPIC_EXCEPTION (17) in mpbroker, which creates topics on Produce and so judges the "
+                   "name; UNKNOWN_TOPIC_OR_PARTITION (3) in Kafka, which creates topics on Metadata only")
+def test_invalid_topic_name_produce(both, name):
+    answers = on_both(both, try_produce, name, 0, good_batch())
+    assert answers == {"kafka": (3, -1), "mpbroker": (17, -1)}
+    assert answers["kafka"] == answers["mpbroker"]
+
+
+def metadata_auto_create(broker, name, version=4):
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=name)],
+                              allow_auto_topic_creation=True)
+    with Wire(broker) as wire:
+        answer = wire.call(3, version, bytes(request.encode(version=version)), MetadataResponse)
+    [described] = answer.topics
+    return described.error_code
+
+
+@pytest.mark.parametrize("name", INVALID_NAMES)
+def test_invalid_topic_name_metadata(both, name):
+    answers = on_both(both, metadata_auto_create, name)
+    assert answers["kafka"] == answers["mpbroker"] == 17, answers
+
+
+def produce_unknown_topic(broker, topic):
+    answer = try_produce(broker, topic, 0, good_batch())
+    listed = topic in AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=TIMEOUT_S).topics
+    return answer[0], listed
+
+
+@pytest.mark.xfail(strict=True, reason="intended difference (README: created on first use): a Produce for an "
+                   "unknown topic creates it in mpbroker and is appended; Kafka answers UNKNOWN_TOPIC_OR_PARTITION "
+                   "(3) and creates nothing (clients ask Metadata first, which creates it in both)")
+def test_produce_to_unknown_topic(both, topic):
+    answers = on_both(both, produce_unknown_topic, topic)
+    assert answers == {"kafka": (3, False), "mpbroker": (0, True)}
+    assert answers["kafka"] == answers["mpbroker"]
+
+
+def test_produce_v2(both, topic):
+    def script(broker):
+        create_topic(broker, topic)
+        return try_produce(broker, topic, 0, good_batch(), version=2)
+    answers = on_both(both, script)
+    assert answers == {"kafka": "closed", "mpbroker": (35, -1)}
+
+
+# ListOffsets
+
+
+def list_offsets_script(broker, topic, version):
+    """Three batches (times T, T+60 s, T+120 s) and one of three records (T+200 s, +10 ms,
+    +20 ms); the answers as indices of the records produced (None: -1)."""
+    create_topic(broker, topic)
+    times = [BASE_TS, BASE_TS + 60_000, BASE_TS + 120_000]
+    offsets = []
+    with Wire(broker) as wire:
+        for t in times:
+            error, base = wire.produce(topic, 0, encode_batch([(None, b"v", [], t)]))
+            assert error == 0
+            offsets.append(base)
+        batch = [(None, b"w", [], BASE_TS + 200_000 + 10 * i) for i in range(3)]
+        error, base = wire.produce(topic, 0, encode_batch(batch))
+        assert error == 0
+        end = list_offset(wire, topic, 0, -1)[1]
+        offsets += [end - 3, end - 2, end - 1]  # either broker: a batch's records are its last offsets
+        index = {offset: i for i, offset in enumerate(offsets)}
+        index[end] = "end"
+        index[-1] = None
+
+        def ask(timestamp):
+            error, offset, found = list_offset(wire, topic, 0, timestamp, version=version)
+            assert error == 0
+            return index.get(offset, f"offset {offset}"), found
+        answers = {what: ask(t) for what, t in {
+            "earliest": -2, "latest": -1, "before all": BASE_TS - 1, "first": BASE_TS, "between": BASE_TS + 1,
+            "second": BASE_TS + 60_000, "third": BASE_TS + 120_000, "batch start": BASE_TS + 200_000,
+            "after all": BASE_TS + 300_000}.items()}
+        answers["inside a batch"] = ask(BASE_TS + 200_010)
+    return answers
+
+
+LIST_OFFSETS_DIFFERENT = ("earliest", "batch start", "inside a batch")
+
+
+@pytest.mark.parametrize("version", [1, 4])
+def test_list_offsets(both, topic, version):
+    answers = on_both(both, list_offsets_script, topic, version)
+    for key in LIST_OFFSETS_DIFFERENT:
+        for answer in answers.values():
+            answer.pop(key)
+    assert answers["kafka"] == answers["mpbroker"], answers
+
+
+@pytest.mark.xfail(strict=True, reason="intended difference (byte offsets): earliest is the log start, byte 0, "
+                   "not the first record's offset (its batch's end minus its count); a consumer reading from it "
+                   "gets that first record, as from Kafka's 0")
+def test_list_offsets_earliest(both, topic):
+    answers = on_both(both, list_offsets_script, topic, 1)
+    assert answers["kafka"]["earliest"] == (0, -1) and answers["mpbroker"]["earliest"] == ("offset 0", -1)
+    assert answers["kafka"]["earliest"] == answers["mpbroker"]["earliest"]
+
+
+@pytest.mark.xfail(strict=True, reason="difference by batch (list_offsets.py), a defect to fix: by time, "
+                   "mpbroker answers the first offset of the first batch whose maxTimestamp is at or after the "
+                   "time, with that maxTimestamp; Kafka answers the first record at or after it, with its own "
+                   "timestamp (a record inside a batch is found; the batch's earlier records are not returned)")
+def test_list_offsets_by_time_finds_the_record(both, topic):
+    answers = on_both(both, list_offsets_script, topic, 1)
+    kafka, mp = answers["kafka"], answers["mpbroker"]
+    assert kafka["batch start"] == (3, BASE_TS + 200_000) and mp["batch start"] == (3, BASE_TS + 200_020)
+    assert kafka["inside a batch"] == (4, BASE_TS + 200_010) and mp["inside a batch"] == (3, BASE_TS + 200_020)
+    assert (kafka["batch start"], kafka["inside a batch"]) == (mp["batch start"], mp["inside a batch"])
+
+
+# CreateTopics and DescribeConfigs
+
+TOPIC_CONFIG = {"retention.ms": "86400000", "retention.bytes": "1073741824", "segment.bytes": "2097152",
+                "segment.ms": "3600000", "max.message.bytes": "2000000", "flush.messages": "1000",
+                "flush.ms": "5000", "min.insync.replicas": "1", "message.timestamp.type": "LogAppendTime"}
+
+
+def create_and_describe(broker, topic):
+    create_topic(broker, topic, partitions=3, config=TOPIC_CONFIG)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.describe_configs([ConfigResource("TOPIC", topic)]).values()
+    entries = future.result(TIMEOUT_S)
+    metadata = admin.list_topics(topic, timeout=TIMEOUT_S).topics[topic]
+    return {"partitions": len(metadata.partitions),
+            "set": {key: (entries[key].value, entries[key].source, entries[key].is_default, entries[key].is_read_only)
+                    for key in TOPIC_CONFIG if key in entries}}
+
+
+def test_create_topics_with_configs_and_describe_them(both, topic):
+    answers = on_both(both, create_and_describe, topic)
+    assert answers["kafka"] == answers["mpbroker"], answers
+
+
+def describe_defaults(broker, topic):
+    """DescribeConfigs of a topic created without configs: ``{key: (value, source, is_default)}``
+    for the keys mpbroker answers."""
+    create_topic(broker, topic, partitions=1)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    [future] = admin.describe_configs([ConfigResource("TOPIC", topic)]).values()
+    return {key: (entry.value, entry.source, entry.is_default, entry.is_read_only)
+            for key, entry in future.result(TIMEOUT_S).items()}
+
+
+# mpbroker's own broker defaults (0.7's log.flush.interval, log.default.flush.interval.ms,
+# max.message.size) where Kafka's are "never" and 1 MiB + 12.
+OWN_DEFAULTS = {"flush.messages": ("9223372036854775807", "500"), "flush.ms": ("9223372036854775807", "3000"),
+                "max.message.bytes": ("1048588", "1000000")}
+
+
+def test_describe_configs_default_values(both, topic):
+    answers = on_both(both, describe_defaults, topic)
+    kafka, mp = answers["kafka"], answers["mpbroker"]
+    assert set(mp) <= set(kafka) and set(TOPIC_CONFIG) <= set(mp)
+    assert {key: (kafka[key][0], mp[key][0]) for key in mp if kafka[key][0] != mp[key][0]} == OWN_DEFAULTS
+
+
+@pytest.mark.xfail(strict=True, reason="defect in mpbroker: a topic key set nowhere (neither the topic nor "
+                   "server.properties) is described as STATIC_BROKER_CONFIG (source 4), is_default false, "
+                   "read-only; Kafka says DEFAULT_CONFIG (5), is_default true, not read-only (min.insync.replicas: "
+                   "its cluster-level dynamic default, source 3, written by kafka-storage format)")
+def test_describe_configs_default_sources(both, topic):
+    answers = on_both(both, describe_defaults, topic)
+    kafka, mp = answers["kafka"], answers["mpbroker"]
+    assert {mp[key][1:] for key in mp} == {(4, False, True)}
+    assert {key: kafka[key][1:] for key in mp} == {key: mp[key][1:] for key in mp}
+
+
+def create_errors(broker, topic):
+    create_topic(broker, topic)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def code(new_topic):
+        try:
+            admin.create_topics([new_topic])[new_topic.topic].result(TIMEOUT_S)
+            return 0
+        except Exception as e:  # KafkaException around a KafkaError
+            return e.args[0].code()
+    return {"exists": code(NewTopic(topic, 1, 1)),
+            "bad config value": code(NewTopic(topic + "-c", 1, 1, config={"retention.ms": "soon"})),
+            "zero partitions": code(NewTopic(topic + "-p", 0, 1)),
+            "replication 3": code(NewTopic(topic + "-r", 1, 3))}
+
+
+def test_create_topics_errors(both, topic):
+    answers = on_both(both, create_errors, topic)
+    assert answers["kafka"] == answers["mpbroker"], answers
+
+
+# Idempotent producer: a retried batch
+
+
+def init_producer_id(wire):
+    request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000)
+    answer = wire.call(22, 0, bytes(request.encode(version=0)), InitProducerIdResponse)
+    assert answer.error_code == 0
+    return answer.producer_id, answer.producer_epoch
+
+
+def idempotent_script(broker, topic):
+    create_topic(broker, topic)
+    with Wire(broker) as wire:
+        producer_id, epoch = init_producer_id(wire)
+
+        def batch(sequence, n=2):
+            return encode_batch([(b"k", b"v%d" % (sequence + i), [], BASE_TS) for i in range(n)],
+                                producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence)
+        first = wire.produce(topic, 0, batch(0))
+        end = list_offset(wire, topic, 0, -1)[1]
+        again = wire.produce(topic, 0, batch(0))
+        unmoved = list_offset(wire, topic, 0, -1)[1] == end
+        second = wire.produce(topic, 0, batch(2))
+        gap = wire.produce(topic, 0, batch(10))
+    return {"first": first[0], "retry answered with the first offset": again == first, "log end unmoved": unmoved,
+            "second": second[0], "gap": gap}
+
+
+def test_idempotent_producer_retry(both, topic):
+    answers = on_both(both, idempotent_script, topic)
+    assert answers["kafka"] == answers["mpbroker"], answers
