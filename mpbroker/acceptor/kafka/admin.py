@@ -23,7 +23,7 @@ from kafka.protocol.admin import CreateTopicsResponse, DescribeConfigsResponse
 from mpbroker.acceptor.kafka.answers import respond
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
-from mpbroker.config.keys import KEYS
+from mpbroker.config.keys import KEYS, KEYS_BY_NAME
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError
 from mpbroker.segments import topic_configs
@@ -144,10 +144,22 @@ class AdminHandler:
             "message.timestamp.type": "LogAppendTime" if effective.log_append_time else "CreateTime",
             "cleanup.policy": "delete", "compression.type": "producer",
         }
-        configs = [_entry(key, str(value), TOPIC_CONFIG if key in own else STATIC_BROKER_CONFIG)
+        configs = [_entry(key, str(value), TOPIC_CONFIG if key in own else self._broker_source(key), read_only=False)
                    for key, value in values.items() if wanted is None or key in wanted]
         return _Result(error_code=KafkaError.NONE, error_message=None, resource_type=TOPIC, resource_name=name,
                        configs=configs)
+
+    def _broker_source(self, topic_key: str) -> int:
+        """Where a topic key's value comes from when the topic does not set it: the
+        broker's configuration when it sets the key the value follows, else the default."""
+        broker_key = _BROKER_KEY_OF.get(topic_key)
+        if broker_key is None:
+            return DEFAULT_CONFIG
+        properties = self.config.as_properties()
+        key = KEYS_BY_NAME[broker_key]
+        default = key.default_text() if key.default_from is None else properties.get(key.default_from, "")
+        return DEFAULT_CONFIG if str(properties.get(broker_key, "")).lower() == str(default).lower() \
+            else STATIC_BROKER_CONFIG
 
     def _broker(self, name: str, wanted) -> object:
         if name not in ("", str(self.config.brokerid)):
@@ -160,6 +172,15 @@ class AdminHandler:
                        configs=configs)
 
 
-def _entry(name: str, value: str, source: int):
-    return _Entry(name=name, value=value, read_only=source != TOPIC_CONFIG, config_source=source,
+def _entry(name: str, value: str, source: int, read_only: bool = True):
+    return _Entry(name=name, value=value, read_only=read_only, config_source=source,
                   is_default=source == DEFAULT_CONFIG, is_sensitive=False, synonyms=[])
+
+
+# The broker key each topic key's value follows when the topic does not set it.
+_BROKER_KEY_OF = {
+    "segment.bytes": "log.file.size", "segment.ms": "log.roll.hours", "retention.ms": "log.retention.hours",
+    "retention.bytes": "log.retention.size", "max.message.bytes": "max.message.size",
+    "flush.messages": "log.flush.interval", "flush.ms": "log.default.flush.interval.ms",
+    "min.insync.replicas": "min.insync.replicas", "message.timestamp.type": "message.timestamp.type",
+}

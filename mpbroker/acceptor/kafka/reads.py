@@ -31,6 +31,7 @@ from mpbroker.ipc.partition_table import Role, TornEntryError
 from mpbroker.kafka_protocol.errors import KafkaError
 from mpbroker.records.batch import RecordBatchError
 from mpbroker.records.legacy import legacy_to_batches
+from mpbroker.records.records import iter_records
 from mpbroker.segments.log_view import FileRange
 
 log = logging.getLogger(__name__)
@@ -286,7 +287,22 @@ def _first_batch_at_or_after(fd, base: int, start: int, segment_end: int, time_m
         max_timestamp = _MAX_TIMESTAMP.unpack_from(head, _MAX_TIMESTAMP_AT)[0]
         newest = max(newest, max_timestamp)
         if max_timestamp >= time_ms:
-            first_offset = position + length - 1 - _LAST_OFFSET_DELTA.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0]
-            return (max_timestamp, first_offset), position, newest
+            return _first_record_at_or_after(fd, base, position, length, time_ms, max_timestamp), position, newest
         position += length
     return None, position, newest
+
+
+def _first_record_at_or_after(fd, base: int, position: int, length: int, time_ms: int, max_timestamp: int) -> tuple:
+    """``(timestamp, offset)`` of the first record at or after ``time_ms`` in the batch at
+    ``position`` (whose newest record is): read and walked, decompressed if need be, as
+    Kafka answers with the record itself. A batch that does not read back whole answers
+    with its newest time and its first offset."""
+    data = os.pread(fd, length, position - base)
+    try:
+        for record in iter_records(data):
+            if record.timestamp >= time_ms:
+                return record.timestamp, record.offset
+    except RecordBatchError:
+        pass
+    head = data[:BATCH_HEADER_BYTES]
+    return max_timestamp, position + length - 1 - _LAST_OFFSET_DELTA.unpack_from(head, _LAST_OFFSET_DELTA_AT)[0]
