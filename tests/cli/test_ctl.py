@@ -187,3 +187,19 @@ def test_groups_without_a_zookeeper_anywhere_says_so(served):
     asked = ctl("groups", "--log-dir", broker.log_dir)  # the broker answers: it has no zk.connect either
     assert asked.returncode == 2
     assert f"the broker at {broker.socket} does not use ZooKeeper" in asked.stderr
+
+
+def test_waiting_for_the_exit_waits_for_the_process_not_only_its_socket(tmp_path):
+    """The control socket is removed a moment before the supervisor exits: a shutdown
+    that judged by the socket alone said "stopped" while the broker still ran (seen as a
+    flaky test_ctl_shutdown_waits_for_the_exit)."""
+    from mpbroker.cli.ctl import _wait_for_exit
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    try:
+        assert _wait_for_exit(process.pid, str(tmp_path / "no-such-socket"), timeout=10)
+        # the child exited (a zombie until reaped here): nothing left running
+        assert process.wait(timeout=0.2) == 0
+    finally:
+        process.kill()
+        process.wait()

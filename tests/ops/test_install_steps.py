@@ -122,9 +122,9 @@ class Install:
 
     def start_broker(self) -> None:
         config = self.path("/etc/mpbroker/server.properties")
-        if "port" not in self.config():  # the one setting the test adds: a free port, not 9092
+        if "port" not in self.config():  # what the test adds: free ports, not 9092 and 9093
             with open(config, "a") as f:
-                f.write(f"port={self.port}\n")
+                f.write(f"port={self.port}\nkafka.port=0\n")
         log_dir = Path(self.config().get("log.dir", "/tmp/kafka-logs"))
         assert log_dir.is_relative_to(self.root), f"log.dir={log_dir}: not set by the install lines"
         with open(self.root / "broker.log", "a") as output:
