@@ -105,6 +105,23 @@ def test_an_unusable_log_dir_is_refused_in_one_line(broker_factory, damage, part
     assert_refused_in_one_line(serve(broker), f"log.dir {broker.log_dir}", *parts)
 
 
+def test_a_taken_kafka_port_is_refused_in_one_line(broker_factory):
+    broker = broker_factory(start=False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        broker.properties["kafka.port"] = str(taken.getsockname()[1])
+        broker.write_config()
+        assert_refused_in_one_line(serve(broker), f"cannot listen on 127.0.0.1:{taken.getsockname()[1]} (kafka.port)")
+
+
+def test_kafka_port_minus_one_turns_the_modern_listener_off(broker_factory):
+    broker = broker_factory(kafka_port=-1)
+    status = broker.status()
+    assert status["kafka_port"] is None and status["kafka"] is None
+    assert "modern Kafka protocol" not in broker.output()
+
+
 # --- the clean-shutdown marker survives a failed start ----------------------------
 
 def test_a_start_on_a_taken_port_keeps_the_clean_shutdown_marker(broker):
