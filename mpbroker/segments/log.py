@@ -6,7 +6,7 @@ byte. Only flushed bytes are visible to readers (``flushed_end``). Flushing is s
 in three steps, so the owner may run the slow ``fdatasync`` on another thread while
 appends go on: ``begin_flush`` (cheap, on the owner's thread), ``sync_pending``
 (blocking, any thread), ``finish_flush`` (cheap, owner's thread). ``flush`` does all
-three at once.
+three at once (the blocking step and what it carries: ``flushing``).
 
 A replicated partition's log also keeps its leader epochs (``leader_epochs``, the
 ``leader-epoch-checkpoint`` file: where each epoch began; ``assign_epoch``). A follower
@@ -18,18 +18,16 @@ A Log is used by one thread at a time (its owner); only ``sync_pending`` may run
 elsewhere, and it touches nothing but file descriptors the Log keeps open for it.
 """
 
-import errno
 import logging
 import os
 from bisect import bisect_right
-from typing import NamedTuple
 
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import LogCorruptError, StorageError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments import retention, truncation
 from mpbroker.segments.batch_headers import iter_batch_headers
-from mpbroker.segments.durability import sync_directory
+from mpbroker.segments.flushing import LogRemovedError, PendingFlush, sync_pending
 from mpbroker.segments.leader_epochs import LeaderEpochs
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.log_view import FileRange, locate
@@ -40,22 +38,6 @@ from mpbroker.segments.recovery import open_segments
 from mpbroker.segments.segment import Segment
 
 log = logging.getLogger(__name__)
-
-
-class LogRemovedError(StorageError):
-    """A segment file of a log was removed or replaced behind the broker's back."""
-
-
-class FlushPostponedError(StorageError):
-    """A flush could not finish for a passing reason (no free file descriptor)."""
-
-
-class PendingFlush(NamedTuple):
-    segments: tuple  # segments whose data must reach the disk
-    directories: tuple  # directories whose entries changed: the partition's, and log.dir for a new partition
-    end: int  # log end when the flush began: what becomes visible (and durable) when it is done
-    messages: int  # unflushed messages it covers (none an earlier flush in flight covers)
-    oldest_ms: int  # timer clock: when the oldest of them was appended
 
 
 class Log:
@@ -499,39 +481,6 @@ class Log:
         finally:
             for segment in self._segments:
                 segment.close()
-
-
-def sync_pending(pending: PendingFlush) -> None:
-    """Make a pending flush durable: ``fdatasync`` each segment in log order, then
-    ``fsync`` the directories whose entries changed (a rolled segment's name becomes
-    durable only after the data before it). Blocking; safe on another thread.
-
-    Raises OSError when a sync fails, LogRemovedError when a segment file was unlinked
-    or replaced behind the broker's back (its data would be gone at the next start),
-    FlushPostponedError when no file descriptor was free to open a directory (the
-    segments were synced; the flush is tried again later)."""
-    for segment in pending.segments:
-        os.fdatasync(segment.fd)
-        _check_still_linked(segment)
-    for directory in pending.directories:
-        try:
-            sync_directory(directory)
-        except OSError as exc:
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise FlushPostponedError(f"cannot open {directory} to sync it: {exc.strerror}") from exc
-            raise
-
-
-def _check_still_linked(segment: Segment) -> None:
-    """The segment's file is still the one at its path (one fstat and one stat)."""
-    status = os.fstat(segment.fd)
-    try:
-        linked = status.st_nlink > 0 and os.stat(segment.path).st_ino == status.st_ino
-    except FileNotFoundError:
-        linked = False
-    if not linked:
-        raise LogRemovedError(f"{segment.path} was removed while the broker ran (rm of the partition "
-                              "directory?): what it held is gone from disk")
 
 
 def _remove_empty_directory(directory: str) -> None:

@@ -20,7 +20,7 @@ import time
 
 from mpbroker.codec.errors import StorageError
 from mpbroker.ipc.counters import record_flush
-from mpbroker.segments.log import sync_pending
+from mpbroker.segments.flushing import sync_pending
 from mpbroker.segments.recovery_points import write_checkpoint
 
 log = logging.getLogger(__name__)

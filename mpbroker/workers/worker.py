@@ -40,7 +40,7 @@ from mpbroker.logging_setup import set_level
 from mpbroker.ownership import owner_slot
 from mpbroker.process.child import ChildProcess
 from mpbroker.segments import LogManager, topic_configs
-from mpbroker.segments.log import FlushPostponedError, LogRemovedError
+from mpbroker.segments.flushing import FlushPostponedError, LogRemovedError
 from mpbroker.segments.recovery_points import (
     UNKNOWN,
     checkpoint_path,

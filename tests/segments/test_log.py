@@ -8,7 +8,7 @@ import pytest
 
 from mpbroker.codec.errors import OffsetOutOfRangeError, StorageError
 from mpbroker.codec.message_set import iter_messages, validate_message_set
-from mpbroker.segments.log import LogRemovedError, sync_pending
+from mpbroker.segments.flushing import LogRemovedError, sync_pending
 from mpbroker.segments.log_view import EMPTY, locate
 
 from .conftest import message_set

@@ -9,7 +9,7 @@ import pytest
 from mpbroker.codec.errors import LogCorruptError
 from mpbroker.codec.message import encode_message
 from mpbroker.codec.message_set import validate_message_set
-from mpbroker.segments.log import sync_pending
+from mpbroker.segments.flushing import sync_pending
 
 from .conftest import message_set
 
