@@ -106,12 +106,9 @@ class Supervisor:
         self.children = [child for child in (*self.workers, self.acceptor, self.registrar, self.metrics) if child]
         preflight.check_file_limit(config)
         self.creator_id = layout.creator_id()  # the same for every registrar this supervisor starts
-        self.listener = listeners.broker_listener(config)
-        self.port = self.listener.getsockname()[1]
-        self.kafka_listener = listeners.kafka_listener(config)
-        self.kafka_port = self.kafka_listener.getsockname()[1] if self.kafka_listener is not None else None
+        self.listeners = listeners.Listeners(config, metrics=self.metrics is not None)
+        self.port, self.kafka_port = self.listeners.port, self.listeners.kafka_port
         self.readiness = Readiness(config, self.pid, self.port)
-        self.metrics_listener = listeners.metrics_listener(config) if self.metrics else None
         try:
             self.control_server = ControlServer(config.control_socket_path, config.control_socket_group)
         except OSError as exc:
@@ -161,12 +158,7 @@ class Supervisor:
             other.channel.close()
             if other is not child:
                 other.child_channel.close()
-        if child.role != "acceptor":
-            self.listener.close()
-            if self.kafka_listener is not None:
-                self.kafka_listener.close()
-        if self.metrics_listener is not None and child.role != "metrics":
-            self.metrics_listener.close()
+        self.listeners.close_in_child(child.role)
 
     def _spawn(self, child: Child) -> None:
         if child.role == "worker":
@@ -464,11 +456,7 @@ class Supervisor:
             if child.alive:
                 child.kill(signal.SIGKILL)
         self.control_server.close()
-        self.listener.close()
-        if self.kafka_listener is not None:
-            self.kafka_listener.close()
-        if self.metrics_listener is not None:
-            self.metrics_listener.close()
+        self.listeners.close()
         log.info("supervisor exiting (code %d)", self.exit_code)
 
     # --- reload -----------------------------------------------------------------

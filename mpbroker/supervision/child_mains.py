@@ -23,9 +23,9 @@ def run_worker(supervisor, child) -> int:
 
 def run_acceptor(supervisor, child) -> int:
     memory = supervisor.memory
-    acceptor = Acceptor(supervisor.config, supervisor.listener, memory.request_rings, memory.answer_rings,
+    acceptor = Acceptor(supervisor.config, supervisor.listeners.broker, memory.request_rings, memory.answer_rings,
                         memory.tables, memory.slots, child.slot, child.child_channel, child.restarts,
-                        memory.counters.row(child.slot), kafka_listener=supervisor.kafka_listener)
+                        memory.counters.row(child.slot), kafka_listener=supervisor.listeners.kafka)
     return acceptor.run()
 
 
@@ -46,7 +46,7 @@ def run_metrics(supervisor, child) -> int:
     memory = supervisor.memory
     processes = [(other.slot, other.name, other.role) for other in supervisor.children]
     collector = BrokerCollector(supervisor.config, memory.tables, memory.slots, memory.counters, processes)
-    exporter = MetricsExporter(collector, supervisor.metrics_listener, memory.slots, child.slot, child.child_channel)
+    exporter = MetricsExporter(collector, supervisor.listeners.metrics, memory.slots, child.slot, child.child_channel)
     return exporter.run()
 
 

@@ -62,3 +62,35 @@ def _socket_from_systemd(configured_port: int) -> socket.socket:
                     address[1], configured_port)
     log.info("using the listening socket passed by systemd (%s)", address[:2])
     return listener
+
+
+class Listeners:
+    """The supervisor's listening sockets, made once before it forks: the 0.7 port's
+    (``broker``), the modern protocol's (``kafka``, None with ``kafka.port=-1``) and the
+    metrics endpoint's (``metrics``, None unless enabled). A child keeps only the ones
+    its role serves (``close_in_child``)."""
+
+    def __init__(self, config, metrics: bool):
+        self.broker = broker_listener(config)
+        self.kafka = self.metrics = None
+        try:
+            self.kafka = kafka_listener(config)
+            self.metrics = metrics_listener(config) if metrics else None
+        except StartupError:
+            self.close()
+            raise
+        self.port = self.broker.getsockname()[1]
+        self.kafka_port = self.kafka.getsockname()[1] if self.kafka is not None else None
+
+    def _all(self):
+        return [listener for listener in (self.broker, self.kafka, self.metrics) if listener is not None]
+
+    def close_in_child(self, role: str) -> None:
+        keep = {"acceptor": (self.broker, self.kafka), "metrics": (self.metrics,)}.get(role, ())
+        for listener in self._all():
+            if not any(listener is kept for kept in keep):
+                listener.close()
+
+    def close(self) -> None:
+        for listener in self._all():
+            listener.close()

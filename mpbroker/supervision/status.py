@@ -107,7 +107,7 @@ def broker_status(supervisor) -> dict:
         "zookeeper": supervisor.zk_state if registrar else None,
         "zk_connect": config.zk_connect,  # for mpbroker-ctl groups, with or without the registrar
         "metrics": {**child_status(metrics, supervisor.slots, now_ms), "host": config.metrics_host,
-                    "port": supervisor.metrics_listener.getsockname()[1]} if metrics else None,
+                    "port": supervisor.listeners.metrics.getsockname()[1]} if metrics else None,
         "partitions": partitions,
     }
 
