@@ -15,6 +15,7 @@ import dataclasses
 import json
 import os
 
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments.durability import replace_file
 from mpbroker.segments.log_config import LogConfig
@@ -84,11 +85,12 @@ def write(log_dir: str, topic: str, partitions: int, configs: dict) -> None:
 
 
 def read(log_dir: str, topic: str):
-    """``{"partitions": N, "configs": {...}}`` or None for a topic with no file."""
+    """``{"partitions": N, "configs": {...}}`` or None for a topic with no file (a name
+    that breaks the topic rule has none)."""
     try:
         with open(path(log_dir, topic), "rb") as f:
             document = json.loads(f.read())
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, ValueError, InvalidTopicError):
         return None
     if not isinstance(document, dict) or not isinstance(document.get("configs"), dict):
         return None
