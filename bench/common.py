@@ -58,12 +58,22 @@ def print_table(title: str, headers: list, rows: list) -> str:
     return text
 
 
+def command_line() -> str:
+    """The command as a user types it: ``python -m bench.<module> ...`` for a bench run as
+    a module (``sys.argv[0]`` is then the module's file path, a path of this machine)."""
+    program, *arguments = sys.argv
+    module = os.path.splitext(os.path.basename(program))[0]
+    if os.path.basename(os.path.dirname(os.path.abspath(program))) == "bench" and program.endswith(".py"):
+        program = f"python -m bench.{module}"
+    return " ".join([program, *arguments])
+
+
 def write_results(name: str, table: str, data: dict, directory: str = RESULTS_DIR) -> str:
     """``<directory>/<name>.json`` (``data`` with the machine, the command and the time)
     and ``<name>.md`` (the table); returns the JSON's path."""
     os.makedirs(directory, exist_ok=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    record = {"benchmark": name, "when": stamp, "machine": machine(), "command": " ".join(sys.argv), **data}
+    record = {"benchmark": name, "when": stamp, "machine": machine(), "command": command_line(), **data}
     json_path = os.path.join(directory, f"{name}.json")
     with open(json_path, "w") as f:
         json.dump(record, f, indent=2)
