@@ -7,6 +7,7 @@ best of 7, in ns per record (the batch's header and CRC-32C included).
 
 import time
 
+from bench.common import print_table, write_results
 from mpbroker.records import batch, encode_batch
 
 RECORDS = 1000
@@ -37,8 +38,13 @@ def main() -> None:
         c = best_ns_per_record(buf)
     finally:
         batch._c_walk = saved
-    print(f"{len(buf)}-byte batch of {RECORDS} x 200 B: Python {python:.0f} ns/record, C {c:.1f} ns/record "
-          f"({python / c:.0f}x)")
+    table = print_table(
+        f"validate_batches of one {len(buf):,}-byte batch of {RECORDS} x 200 B records, best of {REPEAT}",
+        ["walk", "ns per record", "ratio to Python"],
+        [["Python (`batch._walk`)", f"{python:.0f}", "1.00x"], ["C (`_recordscan.walk`)", f"{c:.1f}",
+                                                                 f"{python / c:.0f}x"]])
+    write_results("recordscan", table, {"python_ns_per_record": python, "c_ns_per_record": c,
+                                        "batch_bytes": len(buf), "records": RECORDS})
 
 
 if __name__ == "__main__":
