@@ -15,7 +15,7 @@ import dataclasses
 import json
 import os
 
-from mpbroker.codec.errors import InvalidTopicError
+from mpbroker.codec.errors import InvalidTopicError, StorageError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.segments.durability import replace_file
 from mpbroker.segments.log_config import LogConfig
@@ -86,12 +86,24 @@ def write(log_dir: str, topic: str, partitions: int, configs: dict) -> None:
 
 def read(log_dir: str, topic: str):
     """``{"partitions": N, "configs": {...}}`` or None for a topic with no file (a name
-    that breaks the topic rule has none)."""
+    that breaks the topic rule has none). A topic without a file costs a ``stat`` and no
+    file descriptor (a worker out of them still opens its logs' settings); a file that
+    cannot be read is a StorageError."""
     try:
-        with open(path(log_dir, topic), "rb") as f:
-            document = json.loads(f.read())
-    except (FileNotFoundError, ValueError, InvalidTopicError):
+        where = path(log_dir, topic)
+    except InvalidTopicError:
         return None
+    if not os.path.exists(where):
+        return None
+    try:
+        with open(where, "rb") as f:
+            document = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except ValueError:
+        return None
+    except OSError as exc:
+        raise StorageError(f"cannot read the topic's settings {where}: {exc.strerror or exc}") from exc
     if not isinstance(document, dict) or not isinstance(document.get("configs"), dict):
         return None
     return document
