@@ -3,7 +3,6 @@
 the end of the module: every process up with zero restarts and no traceback logged."""
 
 import itertools
-import time
 
 import pytest
 
@@ -32,13 +31,3 @@ def topic(request):
     """A topic name of this test's own (the broker creates it on first use)."""
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60].strip("-")
     return f"{name}-{next(_names)}"
-
-
-def wait_for(predicate, timeout: float = TIMEOUT_S, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -31,6 +31,7 @@ from mpbroker.testing.local_broker import LocalBroker
 from tests.kafka.conftest import TIMEOUT_S, assert_healthy
 from tests.kafka.test_bad_input import record
 from tests.kafka.wire import BASE_TS, Wire, good_batch
+from tests.polling import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -76,16 +77,6 @@ def on_both(both, script, *args, **kwargs):
     return {name: script(broker, *args, **kwargs) for name, broker in both.items()}
 
 
-def wait_for(predicate, what, timeout=TIMEOUT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def create_topic(broker, topic, partitions=PARTITIONS, config=None):
     """CreateTopics, then wait until every partition has a leader and answers ListOffsets
     (Kafka's leaders take a moment after CreateTopics answers)."""
@@ -96,9 +87,10 @@ def create_topic(broker, topic, partitions=PARTITIONS, config=None):
         metadata = admin.list_topics(topic, timeout=TIMEOUT_S).topics.get(topic)
         return metadata is not None and metadata.error is None and len(metadata.partitions) == partitions and all(
             p.leader >= 0 and p.error is None for p in metadata.partitions.values())
-    wait_for(led, f"leaders of {topic}")
+    wait_for(led, TIMEOUT_S, f"leaders of {topic}")
     with Wire(broker) as wire:
-        wait_for(lambda: all(list_offset(wire, topic, p, -1)[0] == 0 for p in range(partitions)), "ListOffsets")
+        wait_for(lambda: all(list_offset(wire, topic, p, -1)[0] == 0 for p in range(partitions)), TIMEOUT_S,
+                 "ListOffsets")
 
 
 def list_offset(wire, topic, partition, timestamp, version=1):
