@@ -188,10 +188,11 @@ class Registrar(ChildProcess):
                 self._register()
                 if self.registration.registered_session is not None:  # only a live broker controls
                     self.controller.step()
-                    self.cluster.step()
                 if self.registration.registered_session == self.client.client_id[0]:  # and leads
                     lease_ms = self.config.zk_sessiontimeout_ms * 2 // 3
                     self.slots.renew_lease(self.slot, began + lease_ms)
+                if self.registration.registered_session is not None:  # after the lease: it waits on no read
+                    self.cluster.step()  # what modern clients' Metadata tells of the cluster
         except (ZooKeeperUnavailable, *TRANSIENT) as exc:
             self._report_unreachable(exc)
         except BrokerIdConflict as exc:
