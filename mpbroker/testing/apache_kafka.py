@@ -26,6 +26,8 @@ import tempfile
 import time
 import uuid
 
+from mpbroker.testing.local_broker import kill_group
+
 DEFAULT_VERSION = "4.4.0"
 CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "mpbroker-apache-kafka")
 # The broker logs through slf4j 1.7 (the kafka_2.13 pom leaves the binding to the
@@ -253,12 +255,7 @@ class ApacheKafka:
             return self.process.returncode
 
     def close(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait(10)
+        kill_group(self.process)
 
     def __enter__(self) -> "ApacheKafka":
         return self.start() if self.process is None else self

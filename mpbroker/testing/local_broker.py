@@ -102,12 +102,7 @@ class LocalBroker:
 
     def close(self) -> None:
         """Make sure nothing of it is left running (SIGKILL to the whole process group)."""
-        if self.process is not None and self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self.process.wait(10)
+        kill_group(self.process)
 
     def __enter__(self) -> "LocalBroker":
         return self.start() if self.process is None else self
@@ -117,3 +112,14 @@ class LocalBroker:
             self.stop()
         finally:
             self.close()
+
+
+def kill_group(process) -> None:
+    """SIGKILL a child started with ``start_new_session`` and its whole process group, if
+    it still runs, and reap it (a test's server: the broker here, Apache Kafka)."""
+    if process is not None and process.poll() is None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait(10)
