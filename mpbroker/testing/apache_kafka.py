@@ -153,8 +153,10 @@ logger.state.level = WARN
 class ApacheKafka:
     """One Kafka node (KRaft: process.roles=broker,controller) in ``directory``."""
 
-    def __init__(self, directory, version: str = DEFAULT_VERSION, heap: str = "512m", **properties):
+    def __init__(self, directory, version: str = DEFAULT_VERSION, heap: str = "512m",
+                 cluster_id: str | None = None, **properties):
         self.directory = str(directory)
+        self.cluster_id = cluster_id or _cluster_id()
         self.version = version
         self.heap = heap
         os.makedirs(self.directory, exist_ok=True)
@@ -197,20 +199,26 @@ class ApacheKafka:
                 f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2.properties')}",
                 "-cp", os.path.join(self.lib, "*"), main, *args]
 
-    def start(self, timeout: float = 120.0) -> "ApacheKafka":
+    def format_storage(self) -> None:
+        """``kafka-storage format`` of the log dir (once: a formatted dir is kept). The cluster id
+        is passed as ``--cluster-id=ID``: a random id starts with ``-`` once in 64, which the
+        tool's argument parser takes for an option when it is a separate word."""
         self.lib = fetch_jars(self.version)
         with open(self.config_path, "w") as f:
             f.writelines(f"{key}={value}\n" for key, value in self.properties.items())
         with open(os.path.join(self.directory, "log4j2.properties"), "w") as f:
             f.write(LOG4J2)
-        if not os.path.exists(os.path.join(self.log_dir, "meta.properties")):
-            cluster_id = _cluster_id()
-            run = subprocess.run(self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c",
-                                            self.config_path, "--standalone"),
-                                 capture_output=True, text=True, timeout=120)
-            if run.returncode != 0:
-                raise ApacheKafkaError(f"kafka-storage format failed ({run.returncode}):\n"
-                                       f"{(run.stdout + run.stderr)[-4000:]}")
+        if os.path.exists(os.path.join(self.log_dir, "meta.properties")):
+            return
+        run = subprocess.run(self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
+                                        "-c", self.config_path, "--standalone"),
+                             capture_output=True, text=True, timeout=120)
+        if run.returncode != 0:
+            raise ApacheKafkaError(f"kafka-storage format failed ({run.returncode}):\n"
+                                   f"{(run.stdout + run.stderr)[-4000:]}")
+
+    def start(self, timeout: float = 120.0) -> "ApacheKafka":
+        self.format_storage()
         with open(self.output_path, "a") as output:
             self.process = subprocess.Popen(self._java("kafka.Kafka", self.config_path), stdout=output,
                                             stderr=subprocess.STDOUT, start_new_session=True, cwd=self.directory)
