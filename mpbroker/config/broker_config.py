@@ -87,6 +87,14 @@ class BrokerConfig:
     advertised_port: int
     auto_create_topics_enable: bool
     message_timestamp_type: str
+    offsets_topic_num_partitions: int
+    offsets_topic_replication_factor: int
+    offsets_topic_segment_bytes: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_max_size: int
+    offset_metadata_max_bytes: int
     log_dir: str
     num_partitions: int
     topic_partition_count_map: dict[str, int]

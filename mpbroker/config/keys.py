@@ -67,6 +67,24 @@ KEYS = (
     Key("message.timestamp.type", "str", "CreateTime",
         "timestamps of records written by modern producers: CreateTime keeps the producer's, LogAppendTime sets "
         "the broker's time at append (either spelled in any case)", choices=("CREATETIME", "LOGAPPENDTIME")),
+    Key("offsets.topic.num.partitions", "int", "50",
+        "partitions of __consumer_offsets, where modern consumer groups' committed offsets are kept; a group's "
+        "coordinator is the leader of partition hash(group) mod this (Kafka's rule); fixed once the topic exists",
+        minimum=1, maximum=1000),
+    Key("offsets.topic.replication.factor", "int", "3",
+        "with ZooKeeper: replicas of each __consumer_offsets partition (at most the live brokers when it is "
+        "created)", minimum=1),
+    Key("offsets.topic.segment.bytes", "int", "104857600", "segment size of __consumer_offsets", minimum=1024),
+    Key("group.initial.rebalance.delay.ms", "int", "3000",
+        "a modern consumer group's first rebalance waits this long for more members to join (each join "
+        "extends it, up to the rebalance timeout), as in Kafka", minimum=0),
+    Key("group.min.session.timeout.ms", "int", "6000", "smallest session timeout a group member may ask for",
+        minimum=1),
+    Key("group.max.session.timeout.ms", "int", "1800000", "largest session timeout a group member may ask for",
+        minimum=1),
+    Key("group.max.size", "int", "2147483647", "members a modern consumer group may have", minimum=1),
+    Key("offset.metadata.max.bytes", "int", "4096", "longest metadata string an offset commit may carry",
+        minimum=0),
     Key("log.dir", "str", "/tmp/kafka-logs", "directory holding every partition log", non_empty=True),
     Key("num.partitions", "int", "1", "partitions of a topic not in topic.partition.count.map", minimum=1),
     Key("topic.partition.count.map", "map", "", "per-topic partition counts, e.g. clicks:8,views:16", minimum=1),

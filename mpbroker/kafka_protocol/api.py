@@ -18,11 +18,21 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    DELETE_GROUPS = 42
 
 
 class Versions(NamedTuple):
@@ -47,6 +57,16 @@ SUPPORTED = {
     ApiKey.CREATE_TOPICS: Versions(2, 4, 2, 5),
     ApiKey.DESCRIBE_CONFIGS: Versions(1, 2, 1, 4),
     ApiKey.INIT_PRODUCER_ID: Versions(0, 1, 0, 2),
+    ApiKey.OFFSET_COMMIT: Versions(2, 7, 2, 8),
+    ApiKey.OFFSET_FETCH: Versions(1, 5, 1, 6),
+    ApiKey.FIND_COORDINATOR: Versions(0, 2, 0, 3),
+    ApiKey.JOIN_GROUP: Versions(0, 5, 0, 6),
+    ApiKey.HEARTBEAT: Versions(0, 3, 0, 4),
+    ApiKey.LEAVE_GROUP: Versions(0, 3, 0, 4),
+    ApiKey.SYNC_GROUP: Versions(0, 3, 0, 4),
+    ApiKey.DESCRIBE_GROUPS: Versions(0, 4, 0, 5),
+    ApiKey.LIST_GROUPS: Versions(0, 2, 0, 3),
+    ApiKey.DELETE_GROUPS: Versions(0, 1, 0, 2),
 }
 
 

@@ -12,12 +12,31 @@ produce are handed on as the bytes they came in.
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
 )
-from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest, ListOffsetsResponse
-from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    MetadataRequest,
+    MetadataResponse,
+)
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest, ProduceResponse
 
 from mpbroker.codec.framing import MalformedRequestError
@@ -33,6 +52,16 @@ REQUESTS = {
     ApiKey.DELETE_TOPICS: DeleteTopicsRequest,
     ApiKey.DESCRIBE_CONFIGS: DescribeConfigsRequest,
     ApiKey.INIT_PRODUCER_ID: InitProducerIdRequest,
+    ApiKey.OFFSET_COMMIT: OffsetCommitRequest,
+    ApiKey.OFFSET_FETCH: OffsetFetchRequest,
+    ApiKey.FIND_COORDINATOR: FindCoordinatorRequest,
+    ApiKey.JOIN_GROUP: JoinGroupRequest,
+    ApiKey.HEARTBEAT: HeartbeatRequest,
+    ApiKey.LEAVE_GROUP: LeaveGroupRequest,
+    ApiKey.SYNC_GROUP: SyncGroupRequest,
+    ApiKey.DESCRIBE_GROUPS: DescribeGroupsRequest,
+    ApiKey.LIST_GROUPS: ListGroupsRequest,
+    ApiKey.DELETE_GROUPS: DeleteGroupsRequest,
 }
 
 __all__ = ["REQUESTS", "decode_body", "encode_body", "ApiVersionsResponse", "MetadataResponse", "ProduceResponse",

@@ -4,8 +4,10 @@
 //     are plugins kafkajs does not ship) sends keyed messages with headers and
 //     timestamps to partition 0; the admin client reads the topic's metadata and
 //     offsets. Prints one JSON object: what was sent, the produce answers, the metadata.
-//   consume: a consumer (kafkajs needs a group: FindCoordinator, JoinGroup...) tries to
-//     read partition 0 for a few seconds; prints {"error": ...} or {"messages": [...]}.
+//   consume: a consumer in group TOPIC-group (kafkajs needs a group: FindCoordinator,
+//     JoinGroup...) reads until it has 6 messages or 20 s passed (the broker's first
+//     rebalance waits group.initial.rebalance.delay.ms, 3 s by default), commits them,
+//     leaves; prints {"error": ...} or {"messages": [...]}.
 'use strict';
 const path = require('path');
 const modules = process.env.MPBROKER_NODE_MODULES ||
@@ -45,7 +47,7 @@ async function produce() {
 }
 
 async function consume() {
-  const consumer = kafka.consumer({ groupId: 'mpbroker-test', sessionTimeout: 6000, rebalanceTimeout: 3000 });
+  const consumer = kafka.consumer({ groupId: `${topic}-group`, sessionTimeout: 6000, rebalanceTimeout: 3000 });
   const messages = [];
   let crashed = null;
   consumer.on(consumer.events.CRASH, (event) => { crashed = `${event.payload.error.name}: ${event.payload.error.message}`; });
@@ -53,7 +55,7 @@ async function consume() {
     await consumer.connect();
     await consumer.subscribe({ topic, fromBeginning: true });
     await consumer.run({ eachMessage: async ({ message }) => { messages.push(message.value.toString()); } });
-    for (let i = 0; i < 40 && crashed === null && messages.length === 0; i++) {
+    for (let i = 0; i < 200 && crashed === null && messages.length < 6; i++) {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     if (crashed !== null) return { error: crashed };

@@ -1,8 +1,8 @@
 """kafkajs 2.2.4 (Node) against the modern listener: its producer (acks all and 1, no
 compression and gzip: kafkajs ships no other codec) and its admin client (topic
 metadata, offsets), run by ``kafkajs_roundtrip.js``; what it wrote is read back with
-confluent-kafka. kafkajs's consumer cannot work without a group (it starts with
-FindCoordinator), and groups are not served yet: that test is an expected failure.
+confluent-kafka; and its consumer, which cannot work without a group (it starts with
+FindCoordinator), reads them back in one.
 
 tests/run.sh installs kafkajs into ``$HOME/.cache/mpbroker-test-node`` (outside the
 repository); ``MPBROKER_NODE_MODULES`` names another node_modules directory."""
@@ -67,8 +67,6 @@ def test_kafkajs_producer_and_admin(kafka_broker, topic):
     assert int(offsets[1]["high"]) == int(offsets[1]["low"]) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="consumer groups are not served yet: kafkajs's consumer needs one "
-                   "(KafkaJSGroupCoordinatorNotFound: Failed to find group coordinator)")
 def test_kafkajs_consumer(kafka_broker, topic):
     run_script(kafka_broker, topic, "produce")
     result = run_script(kafka_broker, topic, "consume")

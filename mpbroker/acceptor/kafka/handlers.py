@@ -6,25 +6,30 @@ one with error 35 in v0 form and the versions served, KIP-511, so a newer client
 falls back). A request of a known API in a version it does not serve gets that
 API's answer with UNSUPPORTED_VERSION where the answer has a place for it (Produce
 0-2, advertised for old librdkafka's sake). A request of an API not served here (the
-group APIs until they are) gets its own answer with UNSUPPORTED_VERSION as its
+APIs of transactions, ACLs, ...) gets its own answer with UNSUPPORTED_VERSION as its
 top-level error, where kafka-python knows its form and it has one; otherwise it cannot
 be answered in its own form, and its connection is closed with one log line. Bytes that do not decode as the request they claim to be close the
 connection the same way (``MalformedRequestError``).
 """
 
 import logging
+import time
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
 from mpbroker.acceptor.kafka.admin import AdminHandler
 from mpbroker.acceptor.kafka.answers import respond
 from mpbroker.acceptor.kafka.fetch import FetchHandler
+from mpbroker.acceptor.kafka.groups import GroupHandlers
 from mpbroker.acceptor.kafka.list_offsets import list_offsets
 from mpbroker.acceptor.kafka.metadata import MetadataHandler
+from mpbroker.acceptor.kafka.offset_apis import OffsetApis
+from mpbroker.acceptor.kafka.offsets_topic import LOAD_BUDGET_S, OffsetsTopic
 from mpbroker.acceptor.kafka.produce import ProduceHandler
 from mpbroker.acceptor.kafka.producer_ids import ProducerIds
 from mpbroker.acceptor.kafka.reads import ModernReads
 from mpbroker.codec.framing import MalformedRequestError
+from mpbroker.group_coordinator import GroupCoordinator
 from mpbroker.ipc.counters import KAFKA_REQUESTS, MODERN_API_KEYS
 from mpbroker.kafka_protocol import api, header, messages
 from mpbroker.kafka_protocol.api import SUPPORTED, ApiKey
@@ -36,6 +41,8 @@ _API_VERSIONS = [ApiVersionsResponse.ApiVersion(api_key=int(key), min_version=ve
                                                 max_version=versions.advertised_max)
                  for key, versions in sorted(SUPPORTED.items())]
 _COUNTER_BY_KEY = {key: KAFKA_REQUESTS + index for index, key in enumerate(MODERN_API_KEYS)}
+GROUP_TICK_MS = 100  # how often the group coordinator's timeouts and the offsets' loads are looked at
+LEADERSHIP_CHECK_MS = 1000
 
 
 class KafkaRequestHandlers:
@@ -51,7 +58,19 @@ class KafkaRequestHandlers:
         self.fetch = FetchHandler(config, self.reads, legacy_handlers, timers, to_send)
         self.admin = AdminHandler(config, self.metadata, legacy_handlers)
         self.producer_ids = ProducerIds(config)
+        self.coordinator = GroupCoordinator(
+            min_session_timeout_ms=config.group_min_session_timeout_ms,
+            max_session_timeout_ms=config.group_max_session_timeout_ms,
+            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            max_group_size=config.group_max_size, max_metadata_bytes=config.offset_metadata_max_bytes)
+        self.offsets_topic = OffsetsTopic(config, self.reads, router, legacy_handlers, self.metadata,
+                                          self.coordinator)
+        self.groups = GroupHandlers(config, self.offsets_topic, self.coordinator, to_send)
+        self.offsets = OffsetApis(config, self.offsets_topic, self.coordinator, self.metadata, legacy_handlers,
+                                  to_send)
         self._legacy = legacy_handlers
+        self._leadership_checked_ms = 0
+        timers.every(GROUP_TICK_MS, self._group_tick)
         self._by_key = {  # every served API but ApiVersions: handler(connection, request header, body)
             ApiKey.PRODUCE: self.produce.handle,
             ApiKey.FETCH: self.fetch.handle,
@@ -61,6 +80,16 @@ class KafkaRequestHandlers:
             ApiKey.CREATE_TOPICS: self.admin.create_topics,
             ApiKey.DESCRIBE_CONFIGS: self.admin.describe_configs,
             ApiKey.INIT_PRODUCER_ID: self.producer_ids.handle,
+            ApiKey.FIND_COORDINATOR: self.groups.find_coordinator,
+            ApiKey.JOIN_GROUP: self.groups.join_group,
+            ApiKey.SYNC_GROUP: self.groups.sync_group,
+            ApiKey.HEARTBEAT: self.groups.heartbeat,
+            ApiKey.LEAVE_GROUP: self.groups.leave_group,
+            ApiKey.LIST_GROUPS: self.groups.list_groups,
+            ApiKey.DESCRIBE_GROUPS: self.groups.describe_groups,
+            ApiKey.DELETE_GROUPS: self.groups.delete_groups,
+            ApiKey.OFFSET_COMMIT: self.offsets.commit,
+            ApiKey.OFFSET_FETCH: self.offsets.fetch,
         }
 
     def handle(self, connection, frame) -> None:
@@ -112,6 +141,17 @@ class KafkaRequestHandlers:
         header.decode_request_header(frame, api.flexible(ApiKey.API_VERSIONS, version))  # well-formed or closed
         answer = ApiVersionsResponse[version](error_code=KafkaError.NONE, api_keys=_API_VERSIONS, throttle_time_ms=0)
         respond(connection, correlation_id, ApiKey.API_VERSIONS, version, answer)
+
+    def _group_tick(self, now_ms: int) -> None:
+        """The coordinator's timeouts (sessions, rebalances, the first join's delay), the
+        loads of ``__consumer_offsets`` partitions under way, leadership moved away."""
+        if now_ms >= self.coordinator.next_deadline_ms():
+            self.coordinator.tick(now_ms)
+        if self.offsets_topic.loading:
+            self.offsets_topic.step(deadline=time.monotonic() + LOAD_BUDGET_S)
+        if now_ms - self._leadership_checked_ms >= LEADERSHIP_CHECK_MS:
+            self._leadership_checked_ms = now_ms
+            self.offsets_topic.check_leadership()
 
     def tick(self) -> None:
         """Answer the long-polling fetches whose data came or whose time is up."""

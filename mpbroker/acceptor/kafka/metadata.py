@@ -20,6 +20,7 @@ import time
 from kafka.protocol.metadata import MetadataResponse
 
 from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.acceptor.kafka.offsets_topic import OFFSETS_TOPIC
 from mpbroker.acceptor.requests import AUTO_CREATE_RETRY_S
 from mpbroker.codec.errors import InvalidTopicError, NotLeaderError
 from mpbroker.codec.topic_names import check_topic
@@ -97,7 +98,7 @@ class MetadataHandler:
             return _Topic(error_code=KafkaError.INVALID_TOPIC_EXCEPTION, name=name, is_internal=False, partitions=[])
         replicated = self.cluster["topics"].get(name) if self.cluster is not None else None
         if replicated is not None:
-            return _Topic(error_code=KafkaError.NONE, name=name, is_internal=False, partitions=[
+            return _Topic(error_code=KafkaError.NONE, name=name, is_internal=name == OFFSETS_TOPIC, partitions=[
                 _Partition(error_code=KafkaError.NONE if leader >= 0 else KafkaError.LEADER_NOT_AVAILABLE,
                            partition_index=partition, leader_id=leader, leader_epoch=epoch, replica_nodes=replicas,
                            isr_nodes=isr, offline_replicas=[])
@@ -113,7 +114,7 @@ class MetadataHandler:
         partitions = [_Partition(error_code=KafkaError.NONE, partition_index=index, leader_id=broker, leader_epoch=0,
                                  replica_nodes=[broker], isr_nodes=[broker], offline_replicas=[])
                       for index in range(self._legacy.partition_count(name))]
-        return _Topic(error_code=KafkaError.NONE, name=name, is_internal=False, partitions=partitions)
+        return _Topic(error_code=KafkaError.NONE, name=name, is_internal=name == OFFSETS_TOPIC, partitions=partitions)
 
     def topic_exists(self, name: str) -> bool:
         return (self._files.knows_topic(name) or name in self._legacy.replicated
