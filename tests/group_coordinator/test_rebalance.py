@@ -228,7 +228,8 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
 
 def test_the_leader_never_syncing_fails_the_waiting_followers_with_rebalance_in_progress():
     coord = coordinator()
-    a, b = join(coord, 0, client="a"), join(coord, 0, client="b")
+    join(coord, 0, client="a")
+    b = join(coord, 0, client="b")
     coord.tick(0)
     follower = sync(coord, 100, "g", 1, b.result.member_id)
     coord.tick(REBALANCE)
