@@ -82,7 +82,7 @@ def test_confluent_two_members_read_everything_once(broker, topic):
         assert sorted(got) == sorted(sent)
         wait_for(lambda: len(first.assignment()) + len(second.assignment()) == PARTITIONS and
                  first.assignment() and second.assignment(), timeout=TIMEOUT_S,
-                 message="both members hold partitions")
+                 what="both members hold partitions")
         assert not set(first.assignment()) & set(second.assignment())
     finally:
         first.close()
@@ -119,11 +119,11 @@ def test_clean_leave_hands_partitions_over_at_once(broker, topic):
     leaving.subscribe([topic])
     poll_until([staying, leaving], len(sent))
     wait_for(lambda: (staying.poll(0.1), len(staying.assignment()) + len(leaving.assignment()) == PARTITIONS)[1]
-             and bool(leaving.assignment()), timeout=TIMEOUT_S, message="both members assigned")
+             and bool(leaving.assignment()), timeout=TIMEOUT_S, what="both members assigned")
     leaving.close()
     began = time.monotonic()
     wait_for(lambda: (staying.poll(0.1), len(staying.assignment()) == PARTITIONS)[1], timeout=TIMEOUT_S,
-             message="the member that stayed holds every partition")
+             what="the member that stayed holds every partition")
     assert time.monotonic() - began < 15, "a clean leave does not wait for the 45 s session timeout"
     staying.close()
 
@@ -155,14 +155,14 @@ def test_killed_member_partitions_move_within_the_session_timeout(broker, topic,
                               stdout=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: (survivor.poll(0.1), len(survivor.assignment()) < PARTITIONS
-                          and bool(survivor.assignment()))[1], timeout=TIMEOUT_S, message="the group split")
+                          and bool(survivor.assignment()))[1], timeout=TIMEOUT_S, what="the group split")
         assert member.stdout.readline().strip() == "assigned"
         os.kill(member.pid, signal.SIGKILL)
         member.wait()
         killed_at = time.monotonic()
         got = poll_until([survivor], len(sent), timeout=30)
         wait_for(lambda: (survivor.poll(0.1), len(survivor.assignment()) == PARTITIONS)[1], timeout=30,
-                 message="the survivor took the killed member's partitions")
+                 what="the survivor took the killed member's partitions")
         assert time.monotonic() - killed_at < 6 + 10, "within the session timeout and a rebalance"
         assert set(got) == sent, "nothing lost (the killed member committed nothing)"
     finally:

@@ -174,13 +174,13 @@ class GroupHandlers:
             error = self._status(group_id)
             if error:
                 described.append(_Described(error_code=error, group_id=group_id, group_state="", protocol_type="",
-                                            protocol_data="", members=[], authorized_operations=-2147483648))
+                                            protocol_data="", members=[], authorized_operations=None))
                 continue
             group = self._coordinator.describe(group_id)
             described.append(_Described(
                 error_code=group.error, group_id=group_id, group_state=group.state,
                 protocol_type=group.protocol_type or "", protocol_data=group.protocol_name or "",
-                authorized_operations=-2147483648,
+                authorized_operations=None,
                 members=[_DescribedMember(member_id=member.member_id, group_instance_id=member.group_instance_id,
                                           client_id=member.client_id, client_host=member.client_host,
                                           member_metadata=member.metadata, member_assignment=member.assignment)
