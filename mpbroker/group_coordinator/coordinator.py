@@ -43,7 +43,9 @@ class GroupCoordinator:
     def join(self, now_ms: int, request, reply) -> None:
         """JoinGroup v0-5: ``reply(JoinResult)`` exactly once, now or from a later call."""
         try:
+            self._run_due(now_ms)
             membership.join(self._rebalancer, now_ms, request, reply)
+            self._run_due(now_ms)
         finally:
             self._flush()
 
@@ -52,13 +54,16 @@ class GroupCoordinator:
         """SyncGroup v0-3 (protocol type and name None before v5): ``reply(SyncResult)``
         exactly once; ``assignments`` {member_id: bytes} counts from the leader only."""
         try:
+            self._run_due(now_ms)
             membership.sync(self._rebalancer, now_ms, group_id, generation_id, member_id, group_instance_id,
                             protocol_type, protocol_name, assignments, reply)
+            self._run_due(now_ms)
         finally:
             self._flush()
 
     def heartbeat(self, now_ms, group_id, generation_id, member_id, group_instance_id) -> int:
         try:
+            self._run_due(now_ms)
             return membership.heartbeat(self._rebalancer, now_ms, group_id, generation_id, member_id,
                                         group_instance_id)
         finally:
@@ -69,7 +74,10 @@ class GroupCoordinator:
         group_instance_id, error)]). LeaveGroup v0-2 answer one error: the top one if
         not NONE, else the member's."""
         try:
-            return membership.leave(self._rebalancer, now_ms, group_id, members)
+            self._run_due(now_ms)
+            answer = membership.leave(self._rebalancer, now_ms, group_id, members)
+            self._run_due(now_ms)
+            return answer
         finally:
             self._flush()
 
@@ -77,8 +85,9 @@ class GroupCoordinator:
 
     def validate_commit(self, now_ms, group_id, generation_id, member_id, group_instance_id) -> int:
         try:
+            self._run_due(now_ms)
             return offset_cache.validate_commit(self._rebalancer, now_ms, group_id, generation_id, member_id,
-                                           group_instance_id)
+                                                group_instance_id)
         finally:
             self._flush()
 
@@ -155,18 +164,24 @@ class GroupCoordinator:
 
     def tick(self, now_ms) -> None:
         """Run every deadline due at ``now_ms``; then ``next_deadline_ms`` says when next."""
-        rebalancer = self._rebalancer
-        deadlines = rebalancer.deadlines
+        deadlines = self._rebalancer.deadlines
         try:
-            while (entry := deadlines.pop_due(now_ms)) is not None:
-                rebalancer.fire(entry, now_ms)
+            self._run_due(now_ms)
             if len(deadlines) > self._compact_at:
                 deadlines.compact()
                 self._compact_at = max(_COMPACT_FLOOR, 2 * len(deadlines))
         finally:
             self._flush()
 
+    def _run_due(self, now_ms) -> None:
+        """Every deadline due at ``now_ms``: run by ``tick`` and around each call that
+        carries the time, so a call never acts on a session already over, nor leaves
+        behind a deadline already due (a join phase of timeout 0, say)."""
+        rebalancer = self._rebalancer
+        while (entry := rebalancer.deadlines.pop_due(now_ms)) is not None:
+            rebalancer.fire(entry, now_ms)
+
     def next_deadline_ms(self) -> float:
-        """When ``tick`` must run next (math.inf if nothing waits). Any call may move it
-        earlier: ask again after each."""
+        """When ``tick`` must run next (math.inf if nothing waits), always after the
+        ``now_ms`` of the last call. Any call may move it earlier: ask again after each."""
         return self._rebalancer.deadlines.next_at()

@@ -1,9 +1,11 @@
 """The coordinator's deadlines: one heap for every group's session, join, sync and
 pending-member timeouts, so a tick costs what is due, not the number of groups.
 
-Entries are never removed when the deadline they stand for moves or goes away; the
-owner says, when one comes up, whether it still stands (lazy invalidation). The heap
-is rebuilt without the dead ones when they outnumber the live ones."""
+Entries are not removed when the deadline they stand for moves or goes away: the
+owner says, when one comes to the top, whether it still stands and when (lazy
+invalidation; a session renewed by heartbeats costs nothing until its entry comes up).
+``compact`` rebuilds the heap from the standing entries; the coordinator calls it when
+the heap has doubled since the last rebuild."""
 
 import heapq
 import itertools

@@ -14,6 +14,7 @@ from mpbroker.group_coordinator.records import (
     decode_key,
     decode_offset_value,
 )
+from mpbroker.group_coordinator.results import OffsetAndMetadata
 from mpbroker.kafka_protocol.errors import KafkaError
 
 
@@ -62,10 +63,8 @@ def commit_done(groups: dict, group_id: str, offsets: dict) -> None:
     group = groups.get(group_id)
     if group is None:
         return
-    for partition, committed in offsets.items():
-        if committed.metadata is None:
-            committed = committed._replace(metadata="")
-        group.offsets[partition] = committed
+    for partition, (offset, leader_epoch, metadata, timestamp) in offsets.items():
+        group.offsets[partition] = OffsetAndMetadata(offset, leader_epoch, metadata or "", timestamp)
 
 
 def committed(groups: dict, group_id: str, partitions) -> dict:

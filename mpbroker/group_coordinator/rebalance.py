@@ -96,7 +96,7 @@ class Rebalancer:
 
     def fire(self, entry, now_ms: int) -> None:
         """A live deadline has come: do what it stands for."""
-        _, _, kind, group, ref, _ = entry
+        at, _, kind, group, ref, _ = entry
         if kind == SESSION:
             self._session_expired(group, ref, now_ms)
         elif kind == PENDING:
@@ -104,7 +104,7 @@ class Rebalancer:
             if group.state == PREPARING_REBALANCE:
                 self.try_complete_join(group, now_ms)
         elif kind == JOIN:
-            self._join_deadline(group, now_ms)
+            self._join_deadline(group, at, now_ms)
         else:
             self._sync_deadline(group, now_ms)
 
@@ -117,16 +117,17 @@ class Rebalancer:
             return
         self.remove_member_and_update(group, member, now_ms)
 
-    def _join_deadline(self, group, now_ms: int) -> None:
+    def _join_deadline(self, group, at: float, now_ms: int) -> None:
         initial, group.join_timer = group.initial_delay, None
         if initial is not None:
             delay, remaining = initial
             if group.new_member_added and remaining:
                 # Another member joined the new group during the delay: wait once more,
-                # within what is left of the rebalance timeout (Kafka's InitialDelayedJoin).
+                # within what is left of the rebalance timeout (Kafka's InitialDelayedJoin),
+                # counted from when the last delay ended.
                 group.new_member_added = False
                 delay = min(self.settings.initial_rebalance_delay_ms, remaining)
-                self._schedule_join(group, now_ms + delay, (delay, max(remaining - delay, 0)))
+                self._schedule_join(group, at + delay, (delay, max(remaining - delay, 0)))
                 return
         self.complete_join(group, now_ms)
 

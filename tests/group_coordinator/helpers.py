@@ -28,7 +28,7 @@ class Reply:
 
 
 def coordinator(**settings) -> GroupCoordinator:
-    settings.setdefault("initial_rebalance_delay_ms", 0)
+    settings.setdefault("initial_rebalance_delay_ms", 1)
     return GroupCoordinator(**settings)
 
 
@@ -47,9 +47,10 @@ def sync(coord, now, group, generation, member_id, assignments=None, instance=No
 
 
 def settle(coord, now, group="g", members=("a", "b"), protocols=(("range", b"meta"),)):
-    """A Stable group of new members (joined at ``now``, no initial delay), synced with
-    assignments b"<client>"; their JoinResults in order (the first is the leader)."""
-    replies = [join(coord, now, group, client=name, protocols=protocols) for name in members]
+    """A Stable group of new members (joined 2 ms before ``now``: the initial delay of
+    ``coordinator()``, 1 ms, and once more for the members after the first), synced at
+    ``now`` with assignments b"<client>"; their JoinResults in order (the first leads)."""
+    replies = [join(coord, now - 2, group, client=name, protocols=protocols) for name in members]
     coord.tick(now)
     results = [reply.result for reply in replies]
     assert all(r.error == KafkaError.NONE for r in results), results

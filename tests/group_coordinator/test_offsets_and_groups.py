@@ -146,8 +146,8 @@ def test_unload_answers_every_waiting_request_with_not_coordinator():
     ra, rb = settle(coord, 0)
     a2 = join(coord, 10, member_id=ra.member_id)  # waits for b
     settle(coord, 0, group="other")
-    join(coord, 20, group="third", client="x")
-    y = join(coord, 20, group="third", client="y")
+    join(coord, 18, group="third", client="x")
+    y = join(coord, 18, group="third", client="y")
     coord.tick(20)
     waiting_sync = sync(coord, 30, "third", 1, y.result.member_id)
     coord.unload(["g", "third", "unknown"])

@@ -142,7 +142,7 @@ def test_member_id_required_then_the_rejoin_with_it():
     assert first.result.member_id.startswith("cli-") and first.result.generation_id == -1
     assert coord.groups() == ["g"] and state(coord) == "Empty"
     second = join(coord, 100, member_id=first.result.member_id, client="cli", require_known=True)
-    coord.tick(100)
+    coord.tick(101)
     assert second.result.error == E.NONE and second.result.member_id == first.result.member_id
     assert second.result.leader == first.result.member_id
 
@@ -211,7 +211,7 @@ def test_the_initial_delay_does_not_apply_to_a_group_that_is_not_empty():
 
 def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
     coord = coordinator()
-    a, b = join(coord, 0, client="a"), join(coord, 0, client="b")
+    a, b = join(coord, -2, client="a"), join(coord, -2, client="b")
     coord.tick(0)
     ra, rb = a.result, b.result
     leader = sync(coord, 100, "g", 1, ra.member_id, {ra.member_id: b"A", rb.member_id: b"B"})
@@ -228,8 +228,8 @@ def test_a_member_that_never_syncs_is_removed_after_the_rebalance_timeout():
 
 def test_the_leader_never_syncing_fails_the_waiting_followers_with_rebalance_in_progress():
     coord = coordinator()
-    join(coord, 0, client="a")
-    b = join(coord, 0, client="b")
+    join(coord, -2, client="a")
+    b = join(coord, -2, client="b")
     coord.tick(0)
     follower = sync(coord, 100, "g", 1, b.result.member_id)
     coord.tick(REBALANCE)
@@ -261,7 +261,7 @@ def test_heartbeat_errors():
 
 def test_leave_group_batch_removes_members_and_rebalances_at_once():
     coord = coordinator()
-    joins = [join(coord, 0, client=name, instance=instance) for name, instance in
+    joins = [join(coord, -2, client=name, instance=instance) for name, instance in
              (("a", None), ("b", "ib"), ("c", "ic"), ("d", None))]
     coord.tick(0)
     ids = [r.result.member_id for r in joins]
@@ -322,7 +322,7 @@ def test_a_reply_may_call_the_coordinator_again():
         seen.append(coord.heartbeat(1, "g", result.generation_id, result.member_id, None))
 
     from mpbroker.group_coordinator import JoinRequest
-    coord.join(0, JoinRequest("g", "", None, "c", "h", SESSION, REBALANCE, "consumer", (("r", b""),), False), reply)
+    coord.join(-1, JoinRequest("g", "", None, "c", "h", SESSION, REBALANCE, "consumer", (("r", b""),), False), reply)
     coord.tick(0)
     assert seen[0].error == E.NONE and seen[1] == E.NONE
 

@@ -8,7 +8,7 @@ E = KafkaError
 
 
 def stable_static_group(coord):
-    a, b = join(coord, 0, client="a", instance="ia"), join(coord, 0, client="b", instance="ib")
+    a, b = join(coord, -2, client="a", instance="ia"), join(coord, -2, client="b", instance="ib")
     coord.tick(0)
     ra, rb = a.result, b.result
     assert ra.member_id.startswith("ia-")  # a static member's id starts with its instance id
@@ -58,7 +58,7 @@ def test_a_static_member_back_with_new_metadata_but_the_same_vote_does_not_rebal
 
 def test_a_static_member_back_with_a_vote_that_changes_the_protocol_makes_the_group_rebalance():
     coord = coordinator()
-    a = join(coord, 0, instance="ia")
+    a = join(coord, -2, instance="ia")
     coord.tick(0)
     sync(coord, 1, "g", 1, a.result.member_id, {a.result.member_id: b"A"}, instance="ia")
     back = join(coord, 100, instance="ia", protocols=(("roundrobin", b"rr"), ("range", b"")))
@@ -69,7 +69,7 @@ def test_a_static_member_back_with_a_vote_that_changes_the_protocol_makes_the_gr
 
 def test_static_replacement_during_completing_rebalance_fences_the_old_sync_and_restarts():
     coord = coordinator()
-    a, b = join(coord, 0, client="a", instance="ia"), join(coord, 0, client="b", instance="ib")
+    a, b = join(coord, -2, client="a", instance="ia"), join(coord, -2, client="b", instance="ib")
     coord.tick(0)
     waiting = sync(coord, 10, "g", 1, b.result.member_id, instance="ib")
     back = join(coord, 20, instance="ib")
