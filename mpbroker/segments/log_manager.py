@@ -103,6 +103,16 @@ class LogManager:
         for partition_log in self._logs.values():
             partition_log.config = config_for(partition_log.topic)
 
+    def reconfigure_topic(self, topic: str) -> list:
+        """Apply the topic's settings as they are now (its settings file changed) to its
+        open logs; returns them."""
+        found = [partition_log for partition_log in self._logs.values() if partition_log.topic == topic]
+        if found:
+            config = self._config_for(topic)
+            for partition_log in found:
+                partition_log.config = config
+        return found
+
     def logs_due_for_flush(self, now_ms: int | None = None) -> list:
         """``now_ms`` is on the timer clock (``monotonic_ms``)."""
         now = self._timer_ms() if now_ms is None else now_ms
