@@ -77,6 +77,10 @@ class LogManager:
         self._logs[(topic, partition)] = partition_log
         return partition_log
 
+    def config_for(self, topic: str) -> LogConfig:
+        """The settings a new log of ``topic`` would be made with."""
+        return self._config_for(topic)
+
     def get(self, topic: str, partition: int):
         return self._logs.get((topic, partition))
 

@@ -1,16 +1,16 @@
 """Topic-level settings on a ZooKeeper cluster, with three real brokers and a real
 ZooKeeper: CreateTopics (confluent-kafka's AdminClient) with ``retention.ms``,
-``segment.bytes`` and ``min.insync.replicas`` on one broker puts them in
-``/config/topics/<topic>``, every broker's ``topic-configs/<topic>.json`` and every
-broker's DescribeConfigs (source TOPIC_CONFIG), and ``mpbroker-topics describe``
-shows them; the logs roll at ``segment.bytes`` on every replica; the leader holds
-``acks=all`` to the topic's ``min.insync.replicas`` (NOT_ENOUGH_REPLICAS, 19, with a
-follower stopped, while ``acks=1`` is taken); a bad value is refused with
-INVALID_CONFIG and the same message as on a standalone broker, and nothing is written;
-``mpbroker-topics create --config`` and DescribeConfigs agree. A broker that was down
-when a topic was made (named in its assignment) has the settings, and makes its logs
-with them, when it is back; a change of the node by hand reaches the open logs of every
-replica without a restart."""
+``segment.bytes``, ``min.insync.replicas`` and ``max.message.bytes`` on one broker puts
+them in ``/config/topics/<topic>``, every broker's ``topic-configs/<topic>.json`` and
+every broker's DescribeConfigs (source TOPIC_CONFIG), and ``mpbroker-topics describe``
+shows them; the logs roll at ``segment.bytes`` on every replica; the leader holds a
+batch to the topic's ``max.message.bytes`` and ``acks=all`` to its
+``min.insync.replicas`` (NOT_ENOUGH_REPLICAS, 19, with a follower stopped, while
+``acks=1`` is taken); a bad value is refused with INVALID_CONFIG and the same message
+as on a standalone broker, and nothing is written; ``mpbroker-topics create --config``
+and DescribeConfigs agree. A broker that was down when a topic was made (named in its
+assignment) has the settings, and makes its logs with them, when it is back; a change
+of the node by hand reaches the open logs of every replica without a restart."""
 
 import os
 import time
@@ -19,8 +19,12 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaProducer
 from kafka.errors import NotEnoughReplicasError
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DescribeConfigsRequest, \
-    DescribeConfigsResponse
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+)
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
 from mpbroker.cli import topics as topics_cli
@@ -35,8 +39,9 @@ from tests.replication.test_record_batch_topic import request
 pytestmark = pytest.mark.slow
 
 TOPIC = "configured"
-SETTINGS = {"retention.ms": "86400000", "segment.bytes": "2048", "min.insync.replicas": "3"}
-NONE, UNKNOWN_TOPIC, NOT_ENOUGH_REPLICAS, INVALID_CONFIG = 0, 3, 19, 40
+SETTINGS = {"retention.ms": "86400000", "segment.bytes": "2048", "min.insync.replicas": "3",
+            "max.message.bytes": "1000"}
+NONE, UNKNOWN_TOPIC, MESSAGE_TOO_LARGE, NOT_ENOUGH_REPLICAS, INVALID_CONFIG = 0, 3, 10, 19, 40
 TOPIC_CONFIG_SOURCE = 1
 
 
@@ -150,13 +155,15 @@ def test_settings_of_create_topics_reach_every_broker_and_are_honoured(broker_fa
     assert entries["flush.messages"].source != TOPIC_CONFIG_SOURCE  # the rest is the broker's
     code, out, _ = topics_tool(capsys, zk_connect, "describe", "--topic", TOPIC)
     assert code == 0 and out.splitlines()[0] == \
-        f"topic: {TOPIC}\tconfigs: min.insync.replicas=3,retention.ms=86400000,segment.bytes=2048"
+        f"topic: {TOPIC}\tconfigs: max.message.bytes=1000,min.insync.replicas=3,retention.ms=86400000," \
+        f"segment.bytes=2048"
 
     # segment.bytes: every replica's log rolls at 2048 bytes.
     wait_for(lambda: state(zk_client, TOPIC, 0) is not None and len(state(zk_client, TOPIC, 0).isr) == 3, 20,
              what="a leader and a full ISR")
     for index in range(24):
         produce_until(brokers, zk_client, TOPIC, -1, b"%d-" % index + b"x" * 300, NONE)
+    produce_until(brokers, zk_client, TOPIC, -1, b"x" * 1200, MESSAGE_TOO_LARGE)  # max.message.bytes 1000
     wait_identical(list(brokers.values()), TOPIC)
     for broker in brokers.values():
         sizes = segment_sizes(broker, TOPIC)
