@@ -36,8 +36,6 @@ from tests.clients.helpers import wait_for
 from tests.replication.cluster import start_cluster, state, wait_identical
 from tests.replication.test_record_batch_topic import request
 
-pytestmark = pytest.mark.slow
-
 TOPIC = "configured"
 SETTINGS = {"retention.ms": "86400000", "segment.bytes": "2048", "min.insync.replicas": "3",
             "max.message.bytes": "1000"}
