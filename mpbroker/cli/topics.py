@@ -8,7 +8,7 @@
 
 ``create`` places N partitions of R replicas each over the brokers registered now
 (leaders round-robin, followers spread: ``mpbroker.registry.replication``) and writes
-the assignment in one operation; fewer live brokers than R is an error and nothing is
+the assignment (with the settings node) in one transaction; fewer live brokers than R is an error and nothing is
 written. With ``--record-batches`` the partitions' logs hold modern record batches (a
 topic for the modern Kafka protocol's clients, on ``kafka.port``), on every replica;
 without it, 0.7 messages (ARCHITECTURE.md, "Storage"). ``--config KEY=VALUE``
@@ -16,10 +16,11 @@ without it, 0.7 messages (ARCHITECTURE.md, "Storage"). ``--config KEY=VALUE``
 (``retention.ms``, ``segment.bytes``, ``min.insync.replicas``, ...), checked as
 CreateTopics checks them (``segments.topic_configs``, the same messages) and written to
 ``/config/topics/<topic>`` in the transaction that writes the assignment; every broker
-mirrors them and applies them to the topic's logs. ``list`` prints the replicated topics, one a line. ``describe`` prints per
-partition its leader, leader epoch, replicas and in-sync replicas (``-`` until the
-controller has elected a leader); ``--under-replicated`` only the partitions whose ISR
-is smaller than their replicas; and the high watermark, which lives in the leader's
+mirrors them and applies them to the topic's logs. ``list`` prints the replicated
+topics, one a line. ``describe`` prints per partition its leader, leader epoch,
+replicas and in-sync replicas (``-`` until the controller has elected a leader);
+``--under-replicated`` only the partitions whose ISR is smaller than their replicas;
+and the high watermark, which lives in the leader's
 memory, not in ZooKeeper: asked of the leader with an OFFSETS request for the latest
 offset (what a consumer of a replicated partition sees), ``-`` if it does not answer
 within ``HIGH_WATERMARK_TIMEOUT_S``. Topics created the 0.7 way, by a produce, are not
@@ -33,8 +34,8 @@ with source TOPIC_CONFIG.
 Exit codes, as the console tools have them: 0 done; 1 the topic exists already, or a
 node in ZooKeeper does not parse; 2 bad arguments, an invalid or unknown topic, too
 few brokers for the replication factor, a setting that is not one or a value it cannot
-take; 3 no ZooKeeper server answered within
-``--zk-timeout-ms``. Errors are one line on standard error.
+take; 3 no ZooKeeper server answered within ``--zk-timeout-ms``. Errors are one line
+on standard error.
 """
 
 import argparse
