@@ -251,6 +251,10 @@ class Supervisor:
                     self._send_roles(worker, by_slot.get(worker.slot, []), "seq" in message)
             if topics_changed and self.acceptor.ready:
                 self.acceptor.channel.send(Op.ROLES, topics=self.roles.topics)
+        elif op == Op.TOPIC_CONFIG:  # a topic's settings file changed: its logs' owners apply it
+            for worker in self.workers:
+                if worker.alive:  # one starting reads it when it opens its logs, or here once it listens
+                    worker.channel.send(Op.TOPIC_CONFIG, topic=message["topic"])
         elif op == Op.CLUSTER:
             self.cluster = {key: value for key, value in message.items() if key != "op"}
             if self.acceptor.ready:

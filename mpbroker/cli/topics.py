@@ -2,30 +2,40 @@
 ``kafka-topics``), in ZooKeeper.
 
     mpbroker-topics --zookeeper HOST:PORT[,..][/chroot] create --topic T --partitions N
-        --replication-factor R [--record-batches]
+        --replication-factor R [--record-batches] [--config KEY=VALUE ...]
     mpbroker-topics --zookeeper ZK list
     mpbroker-topics --zookeeper ZK describe [--topic T] [--under-replicated]
 
 ``create`` places N partitions of R replicas each over the brokers registered now
 (leaders round-robin, followers spread: ``mpbroker.registry.replication``) and writes
-the assignment in one operation; fewer live brokers than R is an error and nothing is
+the assignment (with the settings node) in one transaction; fewer live brokers than R is an error and nothing is
 written. With ``--record-batches`` the partitions' logs hold modern record batches (a
 topic for the modern Kafka protocol's clients, on ``kafka.port``), on every replica;
-without it, 0.7 messages (ARCHITECTURE.md, "Storage"). ``list`` prints the replicated topics, one a line. ``describe`` prints per
-partition its leader, leader epoch, replicas and in-sync replicas (``-`` until the
-controller has elected a leader); ``--under-replicated`` only the partitions whose ISR
-is smaller than their replicas; and the high watermark, which lives in the leader's
+without it, 0.7 messages (ARCHITECTURE.md, "Storage"). ``--config KEY=VALUE``
+(repeatable) gives the topic its own settings, Kafka's topic-level names
+(``retention.ms``, ``segment.bytes``, ``min.insync.replicas``, ...), checked as
+CreateTopics checks them (``segments.topic_configs``, the same messages) and written to
+``/config/topics/<topic>`` in the transaction that writes the assignment; every broker
+mirrors them and applies them to the topic's logs. ``list`` prints the replicated
+topics, one a line. ``describe`` prints per partition its leader, leader epoch,
+replicas and in-sync replicas (``-`` until the controller has elected a leader);
+``--under-replicated`` only the partitions whose ISR is smaller than their replicas;
+and the high watermark, which lives in the leader's
 memory, not in ZooKeeper: asked of the leader with an OFFSETS request for the latest
 offset (what a consumer of a replicated partition sees), ``-`` if it does not answer
 within ``HIGH_WATERMARK_TIMEOUT_S``. Topics created the 0.7 way, by a produce, are not
 replicated: they are not listed, and describing one says so. The partitions' leaders,
 epochs and ISRs are the controller's to write (``mpbroker.registry.replication``);
-``describe`` shows ``-`` for a partition no controller has elected a leader for.
+``describe`` shows ``-`` for a partition no controller has elected a leader for. A
+topic with settings of its own has a line ``topic: T<tab>configs: k=v,k=v`` before
+its partitions (not with ``--under-replicated``), as DescribeConfigs reports them
+with source TOPIC_CONFIG.
 
 Exit codes, as the console tools have them: 0 done; 1 the topic exists already, or a
 node in ZooKeeper does not parse; 2 bad arguments, an invalid or unknown topic, too
-few brokers for the replication factor; 3 no ZooKeeper server answered within
-``--zk-timeout-ms``. Errors are one line on standard error.
+few brokers for the replication factor, a setting that is not one or a value it cannot
+take; 3 no ZooKeeper server answered within ``--zk-timeout-ms``. Errors are one line
+on standard error.
 """
 
 import argparse
@@ -39,6 +49,7 @@ from mpbroker.registry import layout, topic_admin
 from mpbroker.registry.layout import LayoutError
 from mpbroker.registry.replication import PlacementError
 from mpbroker.registry.zk_client import ZK_ERRORS, ZooKeeperUnavailable, close_client, start_client
+from mpbroker.segments import topic_configs
 
 PROG = "mpbroker-topics"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
@@ -59,12 +70,31 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--replication-factor", type=int, required=True)
     create.add_argument("--record-batches", action="store_true",
                         help="the logs hold record batches, for modern Kafka clients (default: 0.7 messages)")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a topic-level setting (Kafka's names: retention.ms, segment.bytes, "
+                             "min.insync.replicas, ...); repeatable")
     commands.add_parser("list", help="the replicated topics")
     describe = commands.add_parser("describe", help="leader, epoch, replicas, ISR and high watermark per partition")
     describe.add_argument("--topic", help="only this topic")
     describe.add_argument("--under-replicated", action="store_true",
                           help="only partitions whose ISR is smaller than their replicas")
     return parser
+
+
+def _configs(pairs) -> dict:
+    """``--config`` values as ``{key: value}``, checked as CreateTopics checks them
+    (TopicConfigError: a ValueError, exit 2)."""
+    configs = {}
+    for pair in pairs:
+        key, equals, value = pair.partition("=")
+        if not equals or not key.strip():
+            raise topic_configs.TopicConfigError(f"--config {pair!r}: give KEY=VALUE")
+        configs[key.strip()] = value.strip()
+    return topic_configs.check(configs)
+
+
+def _configs_line(topic: str, configs: dict) -> str:
+    return f"topic: {topic}\tconfigs: " + ",".join(f"{key}={value}" for key, value in sorted(configs.items()))
 
 
 def _ids(brokers) -> str:
@@ -102,10 +132,13 @@ def _high_watermark(client, info):
 
 def _run(client, args, out) -> int:
     if args.command == "create":
+        configs = _configs(args.config)
         assignment = topic_admin.create_topic(client, args.topic, args.partitions, args.replication_factor,
-                                              record_batches=args.record_batches)
+                                              record_batches=args.record_batches, configs=configs)
         print(f"created topic {args.topic!r}: {len(assignment)} partitions, replication factor "
               f"{args.replication_factor}" + (", record batches" if args.record_batches else ""), file=out)
+        if configs:
+            print("  configs: " + ",".join(f"{key}={value}" for key, value in sorted(configs.items())), file=out)
         for partition, replicas in sorted(assignment.items()):
             print(f"  partition {partition}: replicas {_ids(replicas)}", file=out)
     elif args.command == "list":
@@ -114,7 +147,11 @@ def _run(client, args, out) -> int:
     else:
         topics = [args.topic] if args.topic else topic_admin.replicated_topics(client)
         for topic in topics:
-            for line in _describe_lines(topic_admin.describe_topic(client, topic), args.under_replicated,
+            partitions = topic_admin.describe_topic(client, topic)
+            configs = topic_admin.topic_config(client, topic)
+            if configs and not args.under_replicated:
+                print(_configs_line(topic, configs), file=out)
+            for line in _describe_lines(partitions, args.under_replicated,
                                         lambda info: _high_watermark(client, info)):
                 print(line, file=out)
     return EXIT_OK
@@ -129,7 +166,7 @@ def main(argv=None, stdout=None) -> int:
         return fail(PROG, exc, EXIT_UNREACHABLE)
     try:
         return _run(client, args, out)
-    except (InvalidTopicError, PlacementError, topic_admin.UnknownTopic) as exc:
+    except (InvalidTopicError, PlacementError, topic_admin.UnknownTopic, topic_configs.TopicConfigError) as exc:
         return fail(PROG, exc, EXIT_USAGE)
     except (topic_admin.TopicExists, LayoutError) as exc:
         return fail(PROG, exc, EXIT_FAILED)

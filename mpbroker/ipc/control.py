@@ -15,7 +15,9 @@ supervisor -> child
     topics and their partition counts; ``cluster`` (the registrar's, passed on to the
     acceptor): what Metadata tells modern clients, ``brokers`` (``[id, host, port]`` of
     each live broker's modern endpoint), ``controller`` and ``topics`` (per replicated
-    topic ``[partition, leader, leader_epoch, replicas, isr]``).
+    topic ``[partition, leader, leader_epoch, replicas, isr]``); ``topic_config``
+    (the registrar's, passed on to every worker): ``topic``, whose settings file in
+    ``log.dir/topic-configs`` changed (apply it to the topic's open logs).
 child -> supervisor
     ``ready`` (a worker adds ``slot`` and ``partitions``, the metrics exporter
     ``port``); the acceptor's ``worker_down_ack`` (``slot``, ``generation``); the
@@ -31,7 +33,8 @@ child -> supervisor
     ``partitions``: a produce named a topic nobody has, and
     ``default.replication.factor`` > 1 makes it a replicated one; ``record_batches``:
     a modern client's, in the record-batch format; ``replication_factor`` when it
-    asked for one), passed on to the registrar; the registrar's ``cluster``.
+    asked for one; ``configs``, the topic-level settings CreateTopics gave, checked),
+    passed on to the registrar; the registrar's ``cluster`` and ``topic_config``.
 """
 
 import enum
@@ -57,6 +60,7 @@ class Op(enum.StrEnum):
     ISR_CHANGE = "isr_change"
     CREATE_TOPIC = "create_topic"
     CLUSTER = "cluster"
+    TOPIC_CONFIG = "topic_config"
 
 
 class ControlChannel:

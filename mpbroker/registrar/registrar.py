@@ -24,7 +24,9 @@ While registered it also runs the controller (``controller``) on the same sessio
 one broker of the cluster elects the leaders of the replicated topics' partitions. A
 stop resigns the controllership first, so another broker takes over at once. And it
 reads this broker's replica roles (``replica_roles``), which the supervisor hands to
-the workers, and writes the ISR changes the workers' leaders ask for. Each
+the workers, and writes the ISR changes the workers' leaders ask for. Before the roles
+go out it mirrors the replicated topics' settings from ``/config/topics`` into
+``log.dir`` (``topic_settings``); a change goes to the workers as ``topic_config``. Each
 registration has a new broker epoch (the czxid of ``/brokers/ids/<id>``): the
 controller treats a changed one as a bounce and names the leader's in the states
 it writes, and this broker leads only under states naming its own (or, in a state
@@ -58,6 +60,7 @@ from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegis
 from mpbroker.registrar.cluster_view import ClusterView
 from mpbroker.registrar.controller import Controller
 from mpbroker.registrar.replica_roles import ReplicaRoles
+from mpbroker.registrar.topic_settings import TopicSettings
 from mpbroker.registry import endpoints, layout, topic_admin
 from mpbroker.registry.replication import PlacementError
 from mpbroker.registry.zk_client import (
@@ -68,6 +71,7 @@ from mpbroker.registry.zk_client import (
     ensure_chroot,
     make_client,
 )
+from mpbroker.segments import topic_configs
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +103,7 @@ class Registrar(ChildProcess):
         self.registration = None
         self.controller = None  # made with each client: the controller runs on the broker's session
         self.roles = None  # made with each client too
+        self.settings = None  # the replicated topics' settings, mirrored into log.dir; with each client too
         self._roles_session = None  # the session the roles were last read under
         self.checked = False
         self.serving = False  # the supervisor said "register"
@@ -123,26 +128,32 @@ class Registrar(ChildProcess):
                 Op.CREATE_TOPIC: self._on_create_topic}
 
     def _on_create_topic(self, message: dict) -> None:
-        """A produce named a topic no broker has: create it replicated, placed over the
-        live brokers (Kafka 0.8's auto-creation with default.replication.factor), in the
-        record-batch format when a modern client named it."""
+        """A produce named a topic no broker has, or a modern client's CreateTopics: create
+        it replicated, placed over the live brokers (Kafka 0.8's auto-creation with
+        default.replication.factor, or the factor asked for), in the record-batch format
+        when a modern client named it, its settings (``configs``, checked by the
+        acceptor) written with its assignment in one transaction."""
         if self.client is None or not self.client.connected:
             return  # the producer retries, and the acceptor asks again
         topic, partitions = message["topic"], message["partitions"]
         factor = message.get("replication_factor") or self.config.default_replication_factor
         record_batches = bool(message.get("record_batches", False))
+        configs = message.get("configs") or {}
         try:
-            topic_admin.create_topic(self.client, topic, partitions, factor, record_batches=record_batches)
+            topic_configs.check(configs)  # checked by the acceptor already: never write what no broker takes
+            topic_admin.create_topic(self.client, topic, partitions, factor, record_batches=record_batches,
+                                     configs=configs)
         except topic_admin.TopicExists:
             return
-        except (PlacementError, InvalidTopicError) as exc:
-            self._warn(f"cannot create topic {topic!r} with default.replication.factor={factor}: {exc}")
+        except (PlacementError, InvalidTopicError, topic_configs.TopicConfigError) as exc:
+            self._warn(f"cannot create topic {topic!r} with replication factor {factor}: {exc}")
             return
         except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
             self._warn(f"creating topic {topic!r} failed: {exc!r}")
             return
-        log.info("created topic %r for a produce: %d partitions, replication factor %d%s", topic, partitions, factor,
-                 ", record batches" if record_batches else "")
+        log.info("created topic %r: %d partitions, replication factor %d%s%s", topic, partitions, factor,
+                 ", record batches" if record_batches else "",
+                 "".join(f", {name}={value}" for name, value in sorted(configs.items())))
 
     def _on_isr_change(self, message: dict) -> None:
         if self.roles is None or self.client is None or not self.client.connected:
@@ -208,6 +219,7 @@ class Registrar(ChildProcess):
         session = self.client.client_id[0]
         if session != self._roles_session:  # a new session: whatever it missed is sent again
             self.roles.forget()
+            self.settings.forget()  # and its watches are gone
             self._roles_session = session
         self.roles.step()
 
@@ -226,6 +238,9 @@ class Registrar(ChildProcess):
                                   lambda **fields: self.channel.send(Op.ROLES, **fields),
                                   lambda seq: self.slots.set_roles_seq(self.slot, seq),
                                   lambda: registration.broker_epoch)
+        self.settings = TopicSettings(self.client, self.config.log_dir,
+                                      lambda topic: self.channel.send(Op.TOPIC_CONFIG, topic=topic))
+        self.roles.before_send = self.settings.step
 
     def _replace_client_kept_away(self) -> None:
         now = time.monotonic()
@@ -242,6 +257,7 @@ class Registrar(ChildProcess):
         self.registration = None
         self.controller = None
         self.roles = None
+        self.settings = None
         self.cluster = None
         self._away_since = None
         self._next_scan = 0.0

@@ -36,6 +36,10 @@ and conditionally on the version the leader acted under (Kafka 0.8's
 meanwhile, or raced with the controller, cannot overwrite a newer state. Either way
 the roles are read again at once, so the worker learns the outcome.
 
+Before anything goes out, ``before_send`` (if set) is given every replicated topic:
+the registrar mirrors their settings there (``topic_settings``), so a topic's settings
+are on this broker's disk before it takes any role in the topic.
+
 Polling: a step costs one read per replicated topic plus one per hosted partition
 (a few hundred reads a second on a broker with a hundred partitions); watches would
 save most of them.
@@ -64,6 +68,7 @@ class ReplicaRoles:
         self._seq = 0
         self._topics = None  # last sent: replicated topic -> partition count
         self._entries = {}  # last sent: (topic, partition) -> entry
+        self.before_send = None  # callable(replicated topics): run after the reads, before the roles go
 
     @property
     def replicated_topics(self) -> dict:
@@ -78,6 +83,8 @@ class ReplicaRoles:
     def step(self) -> None:
         """Read the roles and send what changed. ZooKeeper errors propagate."""
         topics, entries = self._read()
+        if self.before_send is not None:
+            self.before_send(topics)
         message = {}
         if topics != self._topics:
             message["topics"] = topics

@@ -77,6 +77,10 @@ class LogManager:
         self._logs[(topic, partition)] = partition_log
         return partition_log
 
+    def config_for(self, topic: str) -> LogConfig:
+        """The settings a new log of ``topic`` would be made with."""
+        return self._config_for(topic)
+
     def get(self, topic: str, partition: int):
         return self._logs.get((topic, partition))
 
@@ -102,6 +106,16 @@ class LogManager:
         self._config_for = config_for
         for partition_log in self._logs.values():
             partition_log.config = config_for(partition_log.topic)
+
+    def reconfigure_topic(self, topic: str) -> list:
+        """Apply the topic's settings as they are now (its settings file changed) to its
+        open logs; returns them."""
+        found = [partition_log for partition_log in self._logs.values() if partition_log.topic == topic]
+        if found:
+            config = self._config_for(topic)
+            for partition_log in found:
+                partition_log.config = config
+        return found
 
     def logs_due_for_flush(self, now_ms: int | None = None) -> list:
         """``now_ms`` is on the timer clock (``monotonic_ms``)."""

@@ -2,13 +2,18 @@
 
     <log.dir>/topic-configs/<topic>.json    {"partitions": N, "configs": {"retention.ms": "86400000", ...}}
 
-Written once, atomically and durably, before the topic's first partition log is made
-(``replace_file``); read by the workers (the topic's ``LogConfig`` is the broker's
-with these applied) and by the acceptor (the partition count, DescribeConfigs). The
-keys are Kafka's topic-level names; those a log here can honour are in ``LOG_KEYS``,
-checked when the topic is created (``check``). A topic without a file runs on the
-broker's settings alone, as every 0.7 topic does. With ZooKeeper, Kafka's
-``/config/topics/<topic>`` is the shared copy.
+Written atomically and durably (``replace_file``) before the topic's first partition
+log is made; read by the workers (the topic's ``LogConfig`` is the broker's with these
+applied) and by the acceptor (the partition count, DescribeConfigs). The keys are
+Kafka's topic-level names; those a log here can honour are in ``LOG_KEYS``, checked
+when the topic is created (``check``). A topic without a file runs on the broker's
+settings alone, as every 0.7 topic does.
+
+Standalone, CreateTopics writes the file once. With ZooKeeper the shared copy is
+Kafka's ``/config/topics/<topic>`` (``registry.topic_config_nodes``) and the file is
+its mirror, without ``partitions`` (a replicated topic's count is its assignment's):
+the registrar writes it before this broker takes any role in the topic, and again
+whenever the node changes (``registrar.topic_settings``).
 """
 
 import dataclasses
@@ -74,14 +79,29 @@ def check(configs: dict) -> dict:
     return configs
 
 
+def usable(configs: dict) -> tuple:
+    """``(the settings check takes, {name: why not} for the others)``: settings read from
+    elsewhere (ZooKeeper) are taken one by one, so one bad value loses only itself."""
+    kept, refused = {}, {}
+    for name, value in configs.items():
+        try:
+            check({name: value})
+        except TopicConfigError as exc:
+            refused[name] = str(exc)
+        else:
+            kept[name] = value
+    return kept, refused
+
+
 def path(log_dir: str, topic: str) -> str:
     return os.path.join(log_dir, DIRECTORY, f"{check_topic(topic)}.json")
 
 
-def write(log_dir: str, topic: str, partitions: int, configs: dict) -> None:
+def write(log_dir: str, topic: str, partitions: int | None, configs: dict) -> None:
+    """Replace the topic's file (``partitions`` None: a replicated topic's mirror, no count)."""
     os.makedirs(os.path.join(log_dir, DIRECTORY), exist_ok=True)
-    replace_file(path(log_dir, topic), json.dumps({"partitions": partitions, "configs": configs},
-                                                  sort_keys=True).encode())
+    document = {"configs": configs} if partitions is None else {"partitions": partitions, "configs": configs}
+    replace_file(path(log_dir, topic), json.dumps(document, sort_keys=True).encode())
 
 
 def read(log_dir: str, topic: str):

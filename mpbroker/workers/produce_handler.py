@@ -2,8 +2,8 @@
 
 Per batch: batch records are split into their produces, fragments of large sets are
 put together; every set is validated in full
-(CRC, lengths, deep into compressed wrappers, ``max.message.size``, bounded
-inflation) before anything is written; valid sets are grouped by partition and each
+(CRC, lengths, deep into compressed wrappers, ``max.message.size`` or the topic's
+``max.message.bytes``, bounded inflation) before anything is written; valid sets are grouped by partition and each
 partition gets one ``writev`` of all its sets, in ring order. Answers go out as ring
 records: an ACK per acknowledged produce (after the append, or once a flush covers
 it), a CLOSE per failed fire-and-forget produce, and one DONE for the batch's
@@ -106,23 +106,34 @@ class ProduceHandler:
         self._partial.pop(fragment.request_id, None)
         return _Produce(first.request_id, first.topic, first.partition, first.mode, bytes(buffer))
 
+    def _max_message_size(self, topic: str, partition: int) -> int:
+        """The topic's ``max.message.bytes`` (its log's settings), else ``max.message.size``."""
+        partition_log = self._logs.get(topic, partition)
+        if partition_log is not None:
+            return partition_log.config.max_message_size
+        try:  # its first produce: the settings its log will be made with
+            return self._logs.config_for(topic).max_message_size
+        except (MPBrokerError, ValueError):  # an unreadable settings file: the log's creation says so
+            return self.config.max_message_size
+
     def _validate(self, produce) -> bool:
+        max_message_size = self._max_message_size(produce.topic, produce.partition)
         if produce.record_batches:
             try:
-                produce.data, produce.batches = record_batches.checked(produce.data, self.config)
+                produce.data, produce.batches = record_batches.checked(produce.data, self.config, max_message_size)
             except RecordBatchError as exc:
                 self._fail(produce, KAFKA_ERROR_BASE + exc.code, f"refused produce to {produce.topic}-"
                                                                   f"{produce.partition}: {exc.message}")
                 return False
             produce.messages = sum(batch.records for batch in produce.batches)
             return True
-        count = count_plain_messages(produce.data, self.config.max_message_size)
+        count = count_plain_messages(produce.data, max_message_size)
         if count is not None:  # plain messages, all valid: the usual case, in one C call
             produce.messages = count
             return True
         result = validate_message_set(
             produce.data,
-            self.config.max_message_size,
+            max_message_size,
             inflate_limit=self.config.max_inflated_request_bytes,
         )
         if result.error is not None:

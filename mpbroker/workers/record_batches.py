@@ -22,10 +22,12 @@ from mpbroker.records.batch import reencode_uncompressed, stamp_batch, validate_
 from mpbroker.workers.producer_state import ProducerStates, Verdict
 
 
-def checked(data: bytes, config) -> tuple:
+def checked(data: bytes, config, max_batch_bytes: int | None = None) -> tuple:
     """``(data, batches)``: the produce's bytes to append (re-encoded where a batch's
-    records outnumber its bytes) and their ``BatchInfo``; raises RecordBatchError."""
-    batches = validate_batches(data, max_batch_bytes=config.max_message_size,
+    records outnumber its bytes) and their ``BatchInfo``; raises RecordBatchError.
+    ``max_batch_bytes``: the topic's ``max.message.bytes`` (default: the broker's)."""
+    batches = validate_batches(data, max_batch_bytes=config.max_message_size if max_batch_bytes is None
+                               else max_batch_bytes,
                                inflate_limit=config.max_inflated_request_bytes)
     if all(batch.offsets_fit for batch in batches):
         return data, batches

@@ -374,7 +374,7 @@ class ReplicaFetcher:
         if partition_log.record_batches:
             scanned = scan_batches(data)
             return scanned.valid_bytes, scanned.records, scanned.truncated, scanned.error
-        checked = validate_message_set(data, self.config.max_message_size, deep=False)
+        checked = validate_message_set(data, partition_log.config.max_message_size, deep=False)  # the topic's
         return (checked.valid_bytes, checked.messages, isinstance(checked.error, TruncatedMessageError),
                 checked.error)
 

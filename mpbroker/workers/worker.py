@@ -185,7 +185,27 @@ class PartitionWorker(ChildProcess):
         return None
 
     def control_handlers(self) -> dict:
-        return {Op.ROLES: self._on_roles}
+        return {Op.ROLES: self._on_roles, Op.TOPIC_CONFIG: self._on_topic_config}
+
+    def _on_topic_config(self, message: dict) -> None:
+        """A topic's settings changed (``registrar.topic_settings`` rewrote its file): its
+        open logs take them now (rolls, flushes, retention, min.insync.replicas), and
+        retention runs on them at once, as a reload does."""
+        topic = message["topic"]
+        try:
+            changed = self.logs.reconfigure_topic(topic)
+        except (StorageError, ValueError) as exc:
+            log.error("topic %s: cannot apply its settings: %s; its logs keep the ones they had", topic, exc)
+            return
+        if changed:
+            config = changed[0].config
+            log.info("topic %s: %d logs now roll at %d bytes, keep %d ms / %d bytes, min.insync.replicas %d", topic,
+                     len(changed), config.segment_bytes, config.retention_ms, config.retention_bytes,
+                     config.min_insync_replicas)
+            now = wall_clock_ms()
+            for partition_log in changed:
+                if partition_log.apply_retention(now):
+                    self.publisher.publish(partition_log)
 
     def _on_roles(self, message: dict) -> None:
         self.replication.apply_roles(message.get("partitions", ()))

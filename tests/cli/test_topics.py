@@ -132,3 +132,14 @@ def test_describe_shows_dashes_until_a_controller_wrote_a_state():
     assert lines == ["topic: t\tpartition: 0\tleader: -\tleader_epoch: -\treplicas: 2,1\tisr: -\thigh_watermark: -",
                      "topic: t\tpartition: 1\tleader: -\tleader_epoch: 4\treplicas: 1,2\tisr: 1\thigh_watermark: -"]
     assert topics._describe_lines([PartitionInfo("t", 0, [1], PartitionState(1, 0, (1,), 1))], True) == []
+
+
+def test_config_options_are_checked_as_create_topics_checks_them():
+    assert topics._configs(["retention.ms=60000", "segment.bytes = 2048"]) == {"retention.ms": "60000",
+                                                                                "segment.bytes": "2048"}
+    for bad, complaint in ((["retention.ms"], "give KEY=VALUE"), (["retention.ms=soon"], "not a whole number"),
+                           (["cleanup.policy=compact"], "compaction is not done here")):
+        with pytest.raises(ValueError, match=complaint):
+            topics._configs(bad)
+    assert topics._configs_line("t", {"segment.bytes": "2048", "flush.ms": "10"}) == \
+        "topic: t\tconfigs: flush.ms=10,segment.bytes=2048"

@@ -6,6 +6,7 @@ import pytest
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.segments import topic_configs
 from mpbroker.segments.log_config import LogConfig
+from mpbroker.segments.log_manager import LogManager
 
 
 def test_written_settings_are_read_back_and_applied(tmp_path):
@@ -40,3 +41,31 @@ def test_a_topic_without_a_file_and_a_hostile_name_have_none(tmp_path):
     with pytest.raises(InvalidTopicError):
         topic_configs.write(str(tmp_path), "../evil", 1, {})
     assert not (tmp_path / "evil.json").exists()
+
+
+def test_a_mirror_has_no_partition_count_and_bad_settings_are_taken_one_by_one(tmp_path):
+    topic_configs.write(str(tmp_path), "replicated", None, {"retention.ms": "60000"})
+    assert topic_configs.read(str(tmp_path), "replicated") == {"configs": {"retention.ms": "60000"}}
+    kept, refused = topic_configs.usable({"retention.ms": "60000", "segment.bytes": "0", "no.such": "1"})
+    assert kept == {"retention.ms": "60000"} and set(refused) == {"segment.bytes", "no.such"}
+    assert "segment_bytes must be positive" in refused["segment.bytes"]
+
+
+def test_a_changed_file_reaches_the_topics_open_logs(tmp_path):
+    log_dir = str(tmp_path)
+
+    def config_for(topic):
+        found = topic_configs.read(log_dir, topic)
+        return topic_configs.applied(LogConfig(), found["configs"] if found else {})
+
+    manager = LogManager(log_dir, config_for)
+    try:
+        first, second, other = (manager.get_or_create("t", 0), manager.get_or_create("t", 1),
+                                manager.get_or_create("u", 0))
+        topic_configs.write(log_dir, "t", None, {"segment.bytes": "4096", "min.insync.replicas": "2"})
+        assert manager.reconfigure_topic("t") == [first, second]
+        assert (first.config.segment_bytes, second.config.min_insync_replicas) == (4096, 2)
+        assert other.config == LogConfig()
+        assert manager.config_for("t").segment_bytes == 4096  # what a new log of it is made with
+    finally:
+        manager.close()

@@ -8,12 +8,16 @@ written into ``log.dir`` first, durably, then each partition's worker creates it
 -1, the default). With ZooKeeper the controller creates it, replicated over the live
 brokers (``default.replication.factor`` for -1), and answers NONE once asked, as the
 topic's leaders follow within about a second (Metadata says LEADER_NOT_AVAILABLE until
-then); topic-level settings are not kept on a ZooKeeper cluster yet and are refused
-(INVALID_CONFIG). Manual replica assignments are refused (INVALID_REQUEST).
+then). The settings, checked here exactly as standalone, go with the request: the
+registrar writes them to ZooKeeper (``/config/topics/<topic>``) in the transaction
+that writes the assignment, and every broker's registrar mirrors them into its
+``log.dir/topic-configs`` before it takes a role in the topic
+(``registrar.topic_settings``). Manual replica assignments are refused
+(INVALID_REQUEST).
 
 DescribeConfigs answers for a topic (its settings: its own where it has them, source
-TOPIC_CONFIG, else the broker's) and for this broker (every key of
-``config.keys``, as configured).
+TOPIC_CONFIG, else the broker's; on a ZooKeeper cluster, from the mirror) and for this
+broker (every key of ``config.keys``, as configured).
 """
 
 import logging
@@ -82,12 +86,11 @@ class AdminHandler:
         except topic_configs.TopicConfigError as exc:
             return INVALID_CONFIG, str(exc)
         if self.config.enable_zookeeper:
-            if configs:
-                return INVALID_CONFIG, "topic-level settings are not kept on a ZooKeeper cluster yet"
             if factor != -1 and factor < 1:
                 return INVALID_REPLICATION_FACTOR, f"replication factor {factor}: at least 1, or -1"
             if not validate_only:
-                fields = {"record_batches": True, **({"replication_factor": factor} if factor > 0 else {})}
+                fields = {"record_batches": True, **({"replication_factor": factor} if factor > 0 else {}),
+                          **({"configs": configs} if configs else {})}
                 self._legacy.ask_to_create(name, partitions, **fields)
                 log.info("asked the controller to create topic %s (%d partitions) for %r", name, partitions,
                          connection)
