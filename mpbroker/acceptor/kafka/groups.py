@@ -121,8 +121,9 @@ class GroupHandlers:
                                               protocol_name=result.protocol_name, assignment=result.assignment)
         reply = self._later(connection, request_header, ApiKey.SYNC_GROUP, answer)
         error = self._status(request.group_id)
-        if error:
-            reply(SyncResult(error, None, None, b""))
+        if error:  # (a load under way: a rejoin, as Kafka answers a SyncGroup then)
+            reply(SyncResult(KafkaError.REBALANCE_IN_PROGRESS if error == KafkaError.COORDINATOR_LOAD_IN_PROGRESS
+                             else error, None, None, b""))
             return
         assignments = {entry.member_id: bytes(entry.assignment) for entry in request.assignments}
         self._coordinator.sync(monotonic_ms(), request.group_id, request.generation_id, request.member_id,
@@ -149,6 +150,8 @@ class GroupHandlers:
             members = [(member_id, instance, error) for member_id, instance in leaving]
         else:
             error, members = self._coordinator.leave(monotonic_ms(), request.group_id, leaving)
+        if version < 3 and not error and members:  # one error code: the member's
+            error = members[0][2]
         respond(connection, request_header.correlation_id, ApiKey.LEAVE_GROUP, version,
                 LeaveGroupResponse[version](
                     throttle_time_ms=0, error_code=error,
@@ -196,10 +199,14 @@ class GroupHandlers:
         results = {}
         pending = []
         for group_id in dict.fromkeys(request.groups_names):
-            error = self._status(group_id) or self._coordinator.delete(group_id)
+            error = self._status(group_id)
+            committed = {} if error else self._coordinator.committed(group_id, None)
+            error = error or self._coordinator.delete(group_id)
             results[group_id] = error
-            if not error:
-                pending.append(group_id)
+            if not error:  # a tombstone per offset, then the group's (Kafka's way: compaction-ready)
+                pending.append((group_id, [*(offset_records.offset_tombstone(group_id, topic, partition)
+                                             for topic, partition in committed),
+                                           offset_records.group_tombstone(group_id)]))
 
         def answer(final):
             return DeleteGroupsResponse[version](throttle_time_ms=0, results=[
@@ -216,11 +223,12 @@ class GroupHandlers:
             outstanding[0] -= 1
             if outstanding[0] == 0:
                 reply(results)
-        for group_id in pending:
-            self._topic.write(connection, group_id, [offset_records.group_tombstone(group_id)],
+        for group_id, tombstones in pending:
+            self._topic.write(connection, group_id, tombstones,
                               lambda error, group_id=group_id: written(group_id, error))
 
     def _status(self, group_id) -> int:
-        if not group_id:
-            return KafkaError.INVALID_GROUP_ID
-        return self._topic.status(group_id)
+        """The coordinator's own answer for a request about ``group_id`` (NONE: go on).
+        An empty id is the coordinator's to refuse (the membership APIs) or take (the
+        others, as Kafka does)."""
+        return self._topic.status(group_id or "")

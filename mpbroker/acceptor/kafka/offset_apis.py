@@ -132,9 +132,7 @@ class OffsetApis:
                     topics=[_FetchTopic(name=topic, partitions=partitions) for topic, partitions in topics.items()]))
 
     def _status(self, group_id) -> int:
-        if not group_id:
-            return KafkaError.INVALID_GROUP_ID
-        return self._topic.status(group_id)
+        return self._topic.status(group_id or "")  # (an empty group id is a group, as in Kafka)
 
 
 def _commit_answer(version: int, errors: dict):

@@ -202,7 +202,11 @@ class OffsetsTopic:
         try:
             for record in iter_records(data):
                 if record.key is not None:
-                    self._coordinator.load(record.key, record.value)
+                    try:
+                        self._coordinator.load(record.key, record.value)
+                    except ValueError as exc:
+                        log.error("%s-%d: record at offset %d skipped: %s", OFFSETS_TOPIC, partition, record.offset,
+                                  exc)
                 last = record.offset
         except RecordBatchError as exc:
             log.error("%s-%d: a damaged batch at %d stops the load there: %s", OFFSETS_TOPIC, partition,
