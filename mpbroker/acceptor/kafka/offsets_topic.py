@@ -45,6 +45,7 @@ LOAD_CHUNK = 1 << 20  # bytes read per step of a load
 LOAD_BUDGET_S = 0.02  # a tick's loading stops after this long, so the loop goes on answering
 RETENTION_MS = 100 * 365 * 24 * 3600 * 1000  # no retention: these records are the commits' only copy
 CREATE_RETRY_S = 5.0
+_MORE, _DONE, _WAIT = "more", "done", "wait"  # how a chunk of a load went
 
 
 class _Loading:
@@ -90,16 +91,14 @@ class OffsetsTopic:
                 live = len(cluster["brokers"]) if cluster is not None and cluster["brokers"] else 1
                 factor = max(1, min(self.config.offsets_topic_replication_factor, live))
                 self._legacy.ask_to_create(OFFSETS_TOPIC, self.partitions, record_batches=True,
-                                           replication_factor=factor)
+                                           replication_factor=factor, configs=self._settings())
                 log.info("asked the controller to create %s (%d partitions, %d replicas)", OFFSETS_TOPIC,
                          self.partitions, factor)
             return False
         found = topic_configs.read(self.config.log_dir, OFFSETS_TOPIC)
         if found is None:
             try:
-                topic_configs.write(self.config.log_dir, OFFSETS_TOPIC, self.partitions,
-                                    {"retention.ms": str(RETENTION_MS),
-                                     "segment.bytes": str(self.config.offsets_topic_segment_bytes)})
+                topic_configs.write(self.config.log_dir, OFFSETS_TOPIC, self.partitions, self._settings())
             except OSError as exc:
                 log.error("cannot write the settings of %s: %s", OFFSETS_TOPIC, exc)
                 return False
@@ -109,7 +108,12 @@ class OffsetsTopic:
         self._ensured = True
         return True
 
+    def _settings(self) -> dict:
+        return {"retention.ms": str(RETENTION_MS), "segment.bytes": str(self.config.offsets_topic_segment_bytes)}
+
     def leads(self, partition: int) -> bool:
+        if self.config.enable_zookeeper and OFFSETS_TOPIC not in self._legacy.replicated:
+            return False  # (its roles have not come yet: never a local, unreplicated copy)
         try:
             self._legacy.target(OFFSETS_TOPIC, partition, record_batches=True)
         except NotLeaderError:
@@ -126,14 +130,21 @@ class OffsetsTopic:
         if not self.config.enable_zookeeper:
             return (KafkaError.NONE, self.config.brokerid, *self._metadata.advertised)
         cluster = self._metadata.cluster
-        leader = next((leader for number, leader, *_ in cluster["topics"].get(OFFSETS_TOPIC, ())
-                       if number == partition), -1)
+        leader = self._cluster_leader(partition)
         if leader == self.config.brokerid:
             return (KafkaError.NONE, leader, *self._metadata.advertised)
         for node, host, port in cluster["brokers"]:
             if node == leader:
                 return KafkaError.NONE, node, host, port
         return KafkaError.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+
+    def _cluster_leader(self, partition: int) -> int:
+        """The partition's leader in the registrar's view of ZooKeeper (-1: none known)."""
+        cluster = self._metadata.cluster
+        if cluster is None:
+            return -1
+        return next((leader for number, leader, *_ in cluster["topics"].get(OFFSETS_TOPIC, ())
+                     if number == partition), -1)
 
     # --- which groups this broker may answer for -------------------------------------
 
@@ -146,6 +157,8 @@ class OffsetsTopic:
         if not self.leads(partition):
             if partition in self._loaded or partition in self._loading:
                 self._unload(partition)
+            if self._cluster_leader(partition) == self.config.brokerid:
+                return KafkaError.COORDINATOR_LOAD_IN_PROGRESS  # ZooKeeper says so; its role is on its way
             return KafkaError.NOT_COORDINATOR
         if partition in self._loaded:
             return KafkaError.NONE
@@ -178,24 +191,34 @@ class OffsetsTopic:
         for partition in list(self._loading):
             state = self._loading[partition]
             while time.monotonic() < deadline:
-                done = self._read_chunk(partition, state)
-                if done:
+                progress = self._read_chunk(partition, state)
+                if progress is _DONE:
                     del self._loading[partition]
                     self._loaded.add(partition)
                     log.info("loaded the group commits of %s-%d (%d bytes)", OFFSETS_TOPIC, partition,
                              state.next_offset)
                     break
+                if progress is _WAIT:
+                    break
             else:
                 return
 
-    def _read_chunk(self, partition: int, state: _Loading) -> bool:
-        """One chunk of the partition into the coordinator; True at the end of the log."""
+    def _read_chunk(self, partition: int, state: _Loading):
+        """One chunk of the partition into the coordinator: _MORE, or _DONE at the end of
+        the log, or _WAIT while a new leader's high watermark is below its log end (the
+        last commits its predecessor acknowledged are in this log, but its followers have
+        not told it so yet: a load that stopped at the high watermark would lose them)."""
         read = self._reads.read(OFFSETS_TOPIC, partition, state.next_offset, LOAD_CHUNK, True)
         if read.error == KafkaError.OFFSET_OUT_OF_RANGE and read.log_start > state.next_offset:
             state.next_offset = read.log_start
-            return False
-        if read.error or read.records is None or read.length == 0:
-            return not read.error or read.error == KafkaError.OFFSET_OUT_OF_RANGE
+            return _MORE
+        if read.error and read.error != KafkaError.OFFSET_OUT_OF_RANGE:
+            return _WAIT
+        if read.records is None or read.length == 0:
+            _, _, partition_state, end = self._reads.bounds(OFFSETS_TOPIC, partition)
+            if partition_state is not None and end < partition_state.log_end:
+                return _WAIT
+            return _DONE
         data = read.records if isinstance(read.records, bytes) else \
             os.pread(read.records.file.fd, read.length, read.records.position)
         last = None
@@ -211,11 +234,11 @@ class OffsetsTopic:
         except RecordBatchError as exc:
             log.error("%s-%d: a damaged batch at %d stops the load there: %s", OFFSETS_TOPIC, partition,
                       state.next_offset, exc)
-            return True
+            return _DONE
         if last is None:
-            return True
+            return _DONE
         state.next_offset = last + 1
-        return False
+        return _MORE
 
     # --- writing commits ----------------------------------------------------------------
 
@@ -227,6 +250,9 @@ class OffsetsTopic:
         now_ms = int(time.time() * 1000)
         batch = encode_batch([(key, value, (), now_ms) for key, value in records])
         mode = (Mode.ACK_REPLICATED if self.config.enable_zookeeper else Mode.ACK_FLUSH) | RECORD_BATCHES
+        if not self.leads(partition):
+            on_done(KafkaError.NOT_COORDINATOR)
+            return
         try:
             topic_bytes, partition, route = self._legacy.target(OFFSETS_TOPIC, partition, record_batches=True)
         except (NotLeaderError, InvalidTopicError, ValueError):
