@@ -18,6 +18,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 
 from mpbroker.acceptor.kafka.admin import AdminHandler
 from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.acceptor.kafka.delete_topics import DeleteTopicsHandler
 from mpbroker.acceptor.kafka.fetch import FetchHandler
 from mpbroker.acceptor.kafka.list_offsets import list_offsets
 from mpbroker.acceptor.kafka.metadata import MetadataHandler
@@ -42,7 +43,7 @@ class KafkaRequestHandlers:
     """``handle(connection, frame)`` for the connections of ``kafka.port``."""
 
     def __init__(self, config, segment_files, router, legacy_handlers, timers, counters, to_send,
-                 listening_port: int):
+                 listening_port: int, deletions=None, ask_registrar=None):
         self.config = config
         self._counters = counters
         self.reads = ModernReads(segment_files, config)
@@ -51,6 +52,7 @@ class KafkaRequestHandlers:
         self.fetch = FetchHandler(config, self.reads, legacy_handlers, timers, to_send)
         self.admin = AdminHandler(config, self.metadata, legacy_handlers)
         self.producer_ids = ProducerIds(config)
+        self.delete_topics = DeleteTopicsHandler(config, self.metadata, timers, to_send, deletions, ask_registrar)
         self._legacy = legacy_handlers
         self._by_key = {  # every served API but ApiVersions: handler(connection, request header, body)
             ApiKey.PRODUCE: self.produce.handle,
@@ -59,6 +61,7 @@ class KafkaRequestHandlers:
             ApiKey.LIST_OFFSETS: lambda connection, request_header, body: list_offsets(
                 connection, request_header, body, self.reads, legacy_handlers),
             ApiKey.CREATE_TOPICS: self.admin.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics.handle,
             ApiKey.DESCRIBE_CONFIGS: self.admin.describe_configs,
             ApiKey.INIT_PRODUCER_ID: self.producer_ids.handle,
         }
