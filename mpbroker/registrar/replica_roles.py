@@ -64,6 +64,7 @@ class ReplicaRoles:
         self._seq = 0
         self._topics = None  # last sent: replicated topic -> partition count
         self._entries = {}  # last sent: (topic, partition) -> entry
+        self.deleting = set()  # topics marked for deletion: no longer replicated here (role "none")
 
     @property
     def replicated_topics(self) -> dict:
@@ -106,6 +107,8 @@ class ReplicaRoles:
         entries = {}
         addresses = {}
         for topic in topic_names(self.client):
+            if topic in self.deleting:
+                continue
             try:
                 value, _ = self.client.get(layout.topic_path(topic))
                 assignment = replication.parse_assignment(topic, value)
