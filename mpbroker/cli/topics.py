@@ -156,7 +156,7 @@ def main(argv=None, stdout=None) -> int:
     if args.bootstrap_server is not None:
         if args.command != "delete":
             parser.error(f"{args.command} needs --zookeeper")
-        return delete_through_broker(args.bootstrap_server, args.topic, args.timeout_ms, args.zk_timeout_ms, out)
+        return delete_through_broker(args.bootstrap_server, args.topic, args.timeout_ms, out)
     try:
         client = start_client(args.zookeeper, 30_000, args.zk_timeout_ms, create_chroot=args.command == "create")
     except ZooKeeperUnavailable as exc:
@@ -173,14 +173,13 @@ def main(argv=None, stdout=None) -> int:
         close_client(client)
 
 
-def delete_through_broker(bootstrap: str, topic: str, timeout_ms: int, connect_timeout_ms: int, out) -> int:
+def delete_through_broker(bootstrap: str, topic: str, timeout_ms: int, out) -> int:
     """DeleteTopics to a broker's modern port (a broker alone: the deletion is its own)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=PROG, request_timeout_ms=timeout_ms + 5000,
-                                 api_version_auto_timeout_ms=connect_timeout_ms)
+        admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=PROG, request_timeout_ms=timeout_ms + 5000)
     except KafkaError as exc:
         return fail(PROG, f"cannot reach {bootstrap}: {exc}", EXIT_UNREACHABLE)
     try:
