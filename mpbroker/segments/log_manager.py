@@ -54,7 +54,7 @@ class LogManager:
             parsed = parse_partition_dir(name)
             is_directory = os.path.isdir(path)
             if parsed is None:
-                if is_directory and name not in _BROKER_DIRECTORIES:
+                if is_directory and name not in _BROKER_DIRECTORIES and topic_deletion.retired_partition(name) is None:
                     log.warning("ignoring %s in log.dir: not a <topic>-<partition> directory", path)
                 continue
             topic, partition = parsed

@@ -35,7 +35,8 @@ class TopicRemoval:
             worker.handler.forget(partition_log)
             worker.replication.forget(partition_log)
             worker.forget_postponed(partition_log)
-        worker.handle_flush_results(worker.flusher.wait_for(doomed, checkpoint=True))
+        if doomed:
+            worker.handle_flush_results(worker.flusher.wait_for(doomed, checkpoint=True))
         failed = None
         for partition_log in doomed:
             worker.publisher.remove(partition_log)
@@ -51,7 +52,8 @@ class TopicRemoval:
             log.error("deleting the logs of topic %s failed: %s; the deletion is finished at the next start",
                       topic, failed)
             return
-        worker.checkpoint_now()
+        if doomed:
+            worker.checkpoint_now()
         worker.queue_answer(messages.KIND_TOPIC_DELETED, messages.encode_topic(topic))
         if doomed:
             log.info("deleted topic %s: %d partition logs", topic, len(doomed))
