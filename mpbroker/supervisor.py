@@ -52,6 +52,7 @@ from mpbroker.process import scheduling
 from mpbroker.process.fork import die_with_parent, reset_signals, set_process_name
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registry import layout
+from mpbroker.segments import topic_deletion
 from mpbroker.segments.clean_shutdown import take_marker, write_marker
 from mpbroker.supervision import listeners, preflight
 from mpbroker.supervision.child_mains import MAINS
@@ -99,6 +100,8 @@ class Supervisor:
         config = self.config
         preflight.raise_file_limit()
         self._lock_fd = preflight.open_log_dir(config.log_dir)
+        with start_step(f"cannot finish the topic deletions a stop interrupted in log.dir {config.log_dir}"):
+            topic_deletion.finish_pending(config.log_dir)  # before any worker opens a log
         with start_step("cannot make the shared-memory rings and tables"):
             self.memory = SharedMemory(config.num_workers, config.ring_buffer_bytes)
             self.workers, self.acceptor, self.registrar, self.metrics = make_children(config)
@@ -234,7 +237,7 @@ class Supervisor:
                 self._on_ready(child)
             elif child is self.registrar:
                 self._on_registrar_message(op, message)
-            elif op in (Op.ISR_CHANGE, Op.CREATE_TOPIC):  # a worker's or the acceptor's, for ZooKeeper
+            elif op in (Op.ISR_CHANGE, Op.CREATE_TOPIC, Op.DELETE_TOPICS, Op.LOCAL_DELETED):  # for ZooKeeper
                 if self.registrar is not None and self.registrar.alive:
                     self.registrar.channel.send(op, **{k: v for k, v in message.items() if k != "op"})
             elif op == Op.WORKER_DOWN_ACK and child is self.acceptor:
@@ -259,6 +262,9 @@ class Supervisor:
             self.cluster = {key: value for key, value in message.items() if key != "op"}
             if self.acceptor.ready:
                 self.acceptor.channel.send(Op.CLUSTER, **self.cluster)
+        elif op in (Op.TOPICS_DELETED, Op.DELETE_LOCAL):  # a topic deletion's, for the acceptor
+            if self.acceptor.ready:
+                self.acceptor.channel.send(op, **{key: value for key, value in message.items() if key != "op"})
         elif op == Op.ZK_STATE:
             self.zk_state = {key: value for key, value in message.items() if key != "op"}
             self.readiness.registrar_reported(bool(self.zk_state.get("registered")))

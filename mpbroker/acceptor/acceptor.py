@@ -47,6 +47,7 @@ from mpbroker.acceptor.replica_requests import ReplicaRequests
 from mpbroker.acceptor.requests import RequestHandlers
 from mpbroker.acceptor.routing import ProduceRefused, Router, WorkerRoute
 from mpbroker.acceptor.segment_files import SegmentFiles
+from mpbroker.acceptor.topic_deletion import TopicDeletions
 from mpbroker.codec.framing import READ_CHUNK, MalformedRequestError
 from mpbroker.config.broker_config import config_from_properties
 from mpbroker.ipc.control import Op
@@ -94,11 +95,16 @@ class Acceptor(ChildProcess):
             if config.enable_zookeeper else None
         self.handlers = RequestHandlers(config, self.files, self.router, self._close, counters,
                                         self.replica_requests, create_topic)
+        self.deletions = TopicDeletions(config.log_dir, self.router, self.handlers, self._topic_deleted)
+        ask_registrar = (lambda number, topics, timeout_ms: self.control.send(
+            Op.DELETE_TOPICS, number=number, topics=topics, timeout_ms=timeout_ms)) \
+            if config.enable_zookeeper else None
         self.kafka_listener = kafka_listener  # the modern protocol's, or None (kafka.port=-1)
         self.kafka_handlers = KafkaRequestHandlers(
             config, self.files, self.router, self.handlers, self.timers, counters,
             lambda connection: self._to_send.add(connection),
-            kafka_listener.getsockname()[1]) if kafka_listener is not None else None
+            kafka_listener.getsockname()[1], None if config.enable_zookeeper else self.deletions,
+            ask_registrar) if kafka_listener is not None else None
         self._listeners = {listener: self.handlers}  # listening socket -> the handlers of its protocol
         if kafka_listener is not None:
             self._listeners[kafka_listener] = self.kafka_handlers
@@ -122,6 +128,7 @@ class Acceptor(ChildProcess):
                 self.router.worker_up(route)
             self.watch(route.answers.data_fd, functools.partial(self._on_answers, route))
             self.watch(route.requests.space_fd, functools.partial(self._on_ring_space, route))
+        self.deletions.resume()  # what a predecessor began (its markers are in log.dir)
         self._watch_listeners()
         self.timers.once(0, self._sweep)
         log.info("accepting connections on %s:%d", *self.listener.getsockname()[:2])
@@ -131,7 +138,29 @@ class Acceptor(ChildProcess):
 
     def control_handlers(self) -> dict:
         return {Op.WORKER_DOWN: self._on_worker_down, Op.WORKER_UP: self._on_worker_up, Op.ROLES: self._on_roles,
-                Op.CLUSTER: self._on_cluster}
+                Op.CLUSTER: self._on_cluster, Op.DELETE_LOCAL: self._on_delete_local,
+                Op.TOPICS_DELETED: self._on_topics_deleted}
+
+    def _on_delete_local(self, message: dict) -> None:
+        """The registrar: delete this broker's logs of a topic the cluster deletes."""
+        try:
+            self.deletions.delete(message["topic"])
+        except OSError as exc:
+            log.error("cannot begin deleting topic %s: %s", message["topic"], exc)
+
+    def _on_topics_deleted(self, message: dict) -> None:
+        if self.kafka_handlers is not None:
+            self.kafka_handlers.delete_topics.registrar_answered(message["number"], message["results"])
+
+    def _topic_deleted(self, topic: str) -> None:
+        """Every worker deleted its logs of ``topic``: tell who asked; the fetches
+        waiting for it are answered (unknown topic)."""
+        if self.config.enable_zookeeper:
+            self.control.send(Op.LOCAL_DELETED, topic=topic)
+        if self.kafka_handlers is not None:
+            if not self.config.enable_zookeeper:
+                self.kafka_handlers.delete_topics.topic_deleted(topic)
+            self.kafka_handlers.tick()
 
     def _on_cluster(self, message: dict) -> None:
         if self.kafka_handlers is not None:
@@ -330,6 +359,8 @@ class Acceptor(ChildProcess):
             self._resume(outcome.to_resume)
         if outcome.woken:
             self.replica_requests.wake(outcome.woken)
+        for slot, topic in outcome.deleted:
+            self.deletions.on_deleted(slot, topic)
 
     def _send_ready(self) -> None:
         to_send, self._to_send = self._to_send, set()
@@ -396,10 +427,13 @@ class Acceptor(ChildProcess):
     def _on_worker_down(self, message: dict) -> None:
         route = self.router.routes[message["slot"]]
         self._act_on(self.router.worker_down(route))
+        self.deletions.worker_down(route.slot)
         self.control.send(Op.WORKER_DOWN_ACK, slot=message["slot"], generation=message["generation"])
 
     def _on_worker_up(self, message: dict) -> None:
-        self.router.worker_up(self.router.routes[message["slot"]])
+        route = self.router.routes[message["slot"]]
+        self.router.worker_up(route)
+        self.deletions.worker_up(route)
 
     def reload(self, properties: dict) -> None:
         config, _ = config_from_properties(properties)

@@ -55,6 +55,11 @@ _COUNTER_BY_KIND = {
 AUTO_CREATE_RETRY_S = 5.0  # ask the registrar to create a topic again after this long
 
 
+class TopicBeingDeleted(ValueError):
+    """A produce to a topic whose deletion is under way (``topic_deletion``): refused
+    as one to a partition that does not exist."""
+
+
 class RequestHandlers:
     def __init__(self, config, segment_files, router, on_close, counters, replica_requests, create_topic=None):
         self.config = config
@@ -73,6 +78,7 @@ class RequestHandlers:
         self._topics = {}  # checked topic name -> its ASCII bytes
         self._routes = {}  # (checked topic bytes, partition in range) -> WorkerRoute
         self._created_counts = {}  # topic -> partitions it was created with by a modern client (0: none)
+        self.deleting = set()  # topics being deleted: nothing is routed to them
 
     def handle(self, connection, frame) -> None:
         """Answer or route one request; MalformedRequestError and ProduceRefused
@@ -162,6 +168,8 @@ class RequestHandlers:
                 self._topics[topic] = topic_bytes
         if self.roles_unknown_for(topic):
             raise NotLeaderError(f"topic {topic!r} has leader epochs and this broker has not read its roles yet")
+        if self.deleting and topic in self.deleting:
+            raise TopicBeingDeleted(f"topic {topic!r} is being deleted")
         count = self.partition_count(topic)
         if partition == RANDOM_PARTITION:
             partition = random.randrange(count)
@@ -179,6 +187,20 @@ class RequestHandlers:
             if len(self._routes) < 1_000_000:
                 self._routes[(topic_bytes, partition)] = route
         return topic_bytes, partition, route
+
+    def begin_deletion(self, topic: str) -> None:
+        """Route nothing more to ``topic`` (its deletion begins): the fast path's cached
+        routes go too."""
+        self.deleting.add(topic)
+        self._routes = {key: route for key, route in self._routes.items() if key[0].decode("ascii") != topic}
+        self._created_counts.pop(topic, None)
+
+    def end_deletion(self, topic: str) -> None:
+        """``topic`` is gone: a produce may make it anew (auto-creation), from nothing."""
+        self.deleting.discard(topic)
+        self._created_counts.pop(topic, None)
+        self._creating.pop(topic, None)
+        self._files.forget_topic(topic)
 
     def ask_to_create(self, topic: str, partitions: int, **fields) -> None:
         """Ask the registrar (through the supervisor) to create ``topic`` replicated."""

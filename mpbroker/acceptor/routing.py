@@ -57,16 +57,18 @@ class Outcome:
     """What a router call leaves the acceptor to do, in this order: close ``to_close``
     (``(connection, reason)`` pairs), send for ``ready`` (an answer of theirs became
     ready), read ``to_resume`` again (their worker's outbox drained or died), answer
-    the followers' fetches waiting for the partitions in ``woken``. Closed connections
-    may appear in the later lists: skip them."""
+    the followers' fetches waiting for the partitions in ``woken``, note the topics in
+    ``deleted`` (``(worker slot, topic)``: that worker has no log of it left). Closed
+    connections may appear in the later lists: skip them."""
 
-    __slots__ = ("to_close", "ready", "to_resume", "woken")
+    __slots__ = ("to_close", "ready", "to_resume", "woken", "deleted")
 
     def __init__(self):
         self.to_close = []
         self.ready = []
         self.to_resume = []
         self.woken = []
+        self.deleted = []
 
 
 class WorkerRoute:
@@ -121,13 +123,15 @@ class Router:
             route.paused.add(connection)
 
     @staticmethod
-    def notify(route, kind: int, parts: tuple) -> None:
-        """Queue a record that is not a produce (a follower's positions) for ``route``'s
-        worker; dropped while the worker is down (its successor learns them again)."""
+    def notify(route, kind: int, parts: tuple) -> bool:
+        """Queue a record that is not a produce (a follower's positions, a topic to
+        delete) for ``route``'s worker, behind what was queued before; dropped while the
+        worker is down (False: its successor is told again)."""
         if route.up:
             size = sum(len(part) for part in parts)
             route.outbox.append((kind, parts, size))
             route.outbox_bytes += size
+        return route.up
 
     def flush_outboxes(self):
         """Move queued requests into the rings: runs of small produces share one record;
@@ -203,6 +207,8 @@ class Router:
                     outcome.to_close.append((connection, reason))
             elif kind == messages.KIND_WAKE:
                 outcome.woken += messages.decode_wake(body)
+            elif kind == messages.KIND_TOPIC_DELETED:
+                outcome.deleted.append((route.slot, messages.decode_topic(body)))
         route.answers.release()
         return outcome
 

@@ -27,6 +27,12 @@ start of the batch holding it (found as the modern fetch finds it,
 ``kafka.reads.batch_start``), since a reader commits the offsets of records, which lie
 inside their batch; the client skips the records below its offset. Followers'
 fetches are not changed.
+
+A deleted topic's entries say ``Role.DELETED``: such a partition reads as one no
+worker has (an empty 0.7 answer; the modern reads say the topic is unknown), and its
+view lets go of its open files. Each deletion bumps the entry's generation, so a view
+that cached the files or format of a log deleted and made anew since (without seeing
+it deleted in between) starts over too.
 """
 
 import bisect
@@ -84,7 +90,7 @@ class SegmentFile:
 
 class _PartitionView:
     __slots__ = ("table", "index", "directory", "version", "bases", "files", "last_state", "epochs", "record_batches",
-                 "boundaries", "newest_times")
+                 "boundaries", "newest_times", "generation")
 
     def __init__(self, table, index: int, directory: str):
         self.table = table
@@ -98,6 +104,20 @@ class _PartitionView:
         self.record_batches = None  # whether the log holds record batches (its format file; read once)
         self.boundaries = {}  # segment base -> known batch or message starts in it (modern reads)
         self.newest_times = {}  # segment base -> (read up to, its newest record time there): ListOffsets by time
+        self.generation = 0  # the entry's generation these caches belong to
+
+    def reset(self, generation: int) -> None:
+        """Forget everything cached of the log: it was deleted (and maybe made anew)."""
+        for segment_file in self.files.values():
+            segment_file.retire()
+        self.files = {}
+        self.bases = []
+        self.version = -1
+        self.epochs = None
+        self.record_batches = None
+        self.boundaries = {}
+        self.newest_times = {}
+        self.generation = generation
 
     def refresh(self, state) -> None:
         """Re-list the segment files if the worker changed the segment list. A cached
@@ -105,7 +125,11 @@ class _PartitionView:
         segment and a later roll made one at the same base) is let go too."""
         if state.segments_version == self.version:
             return
-        bases = [base for base in list_segment_bases(self.directory) if base >= state.log_start]
+        try:
+            listed = list_segment_bases(self.directory)
+        except FileNotFoundError:  # deleted a moment ago: the next read of the entry says so
+            listed = []
+        bases = [base for base in listed if base >= state.log_start]
         for base in [base for base in self.files if base < state.log_start or base not in bases
                      or not self._same_file(base)]:
             self.files.pop(base).retire()
@@ -137,7 +161,7 @@ class SegmentFiles:
         self._num_workers = num_workers
         self._known = [0] * len(tables)  # entries of each table already indexed
         self._views = {}  # (topic, partition) -> _PartitionView
-        self._topics = set()  # the topics of the views indexed so far
+        self._topics = {}  # topic -> the views of its partitions indexed so far
         self._epoch_topics = {}  # topic -> topic_has_leader_epochs, while the first roles are awaited
         self._clock_ms = clock_ms
 
@@ -152,9 +176,9 @@ class SegmentFiles:
     def _index(self, slot: int) -> None:
         table = self._tables[slot]
         for index, name, number in table.names(self._known[slot]):
-            self._views[(name, number)] = _PartitionView(
+            view = self._views[(name, number)] = _PartitionView(
                 table, index, os.path.join(self._log_dir, partition_dir_name(name, number)))
-            self._topics.add(name)
+            self._topics.setdefault(name, []).append(view)
         self._known[slot] = len(table)
 
     def _index_all(self) -> None:
@@ -182,13 +206,14 @@ class SegmentFiles:
     def topics(self) -> set:
         """Every topic some worker has a log of."""
         self._index_all()
-        return set(self._topics)
+        return {topic for topic, views in self._topics.items() if any(map(_has_log, views))}
 
     def knows_topic(self, topic: str) -> bool:
-        """Whether any worker has a log of ``topic``."""
-        if topic not in self._topics:
-            self._index_all()
-        return topic in self._topics
+        """Whether any worker has a log of ``topic`` (not deleted)."""
+        if any(map(_has_log, self._topics.get(topic, ()))):
+            return True
+        self._index_all()  # a partition published since (a new topic, or more partitions of one made anew)
+        return any(map(_has_log, self._topics.get(topic, ())))
 
     def topic_has_leader_epochs(self, topic: str) -> bool:
         """Whether any partition log of ``topic`` has a leader-epoch file (the topic was
@@ -198,7 +223,7 @@ class SegmentFiles:
         if found is None:
             self._index_all()
             found = any(os.path.exists(os.path.join(view.directory, LEADER_EPOCH_FILE))
-                        for (name, _), view in self._views.items() if name == topic)
+                        for view in self._topics.get(topic, ()))
             if len(self._epoch_topics) < 100_000:
                 self._epoch_topics[topic] = found
         return found
@@ -215,6 +240,12 @@ class SegmentFiles:
                 raise
             state = view.last_state
         view.last_state = state
+        if state.generation != view.generation:
+            view.reset(state.generation)
+        if state.role == Role.DELETED:
+            if view.files or view.bases:
+                view.reset(state.generation)
+            return state
         view.refresh(state)
         return state
 
@@ -230,9 +261,11 @@ class SegmentFiles:
             state = self._state(view)
         except TornEntryError:
             return ErrorCode.UNKNOWN, None
+        role = state.role
+        if role == Role.DELETED:
+            return ErrorCode.NO_ERROR, None  # as a partition no worker has
         if offset < state.log_start:
             return ErrorCode.OFFSET_OUT_OF_RANGE, None
-        role = state.role
         if role == Role.UNREPLICATED:
             end = state.flushed_end
         elif role == Role.LEADER:
@@ -286,6 +319,8 @@ class SegmentFiles:
             state = self._state(view)
         except TornEntryError:
             return ErrorCode.UNKNOWN, []
+        if state.role == Role.DELETED:
+            return ErrorCode.NO_ERROR, offsets_before([], 0, time_ms, max_offsets, self._clock_ms())
         if state.role not in (Role.UNREPLICATED, Role.LEADER):
             return ErrorCode.NOT_LEADER, []
         segments = []
@@ -366,8 +401,20 @@ class SegmentFiles:
             return ErrorCode.UNKNOWN, UNDEFINED, UNDEFINED
         return ErrorCode.NO_ERROR, found.epoch, found.start_offset
 
+    def forget_topic(self, topic: str) -> None:
+        """The topic was deleted: what was known of it is asked again."""
+        self._epoch_topics.pop(topic, None)
+
     def close(self) -> None:
         for view in self._views.values():
             for segment_file in view.files.values():
                 segment_file.retire()
             view.files.clear()
+
+
+def _has_log(view) -> bool:
+    """Whether the view's entry describes a log (its topic was not deleted)."""
+    try:
+        return view.table.read(view.index, _PATIENCE_WITH_FALLBACK_S).role != Role.DELETED
+    except TornEntryError:
+        return True  # its writer died mid-update: a log it was writing

@@ -35,6 +35,13 @@ child -> supervisor
     a modern client's, in the record-batch format; ``replication_factor`` when it
     asked for one; ``configs``, the topic-level settings CreateTopics gave, checked),
     passed on to the registrar; the registrar's ``cluster`` and ``topic_config``.
+topic deletion on a ZooKeeper cluster (each passed on by the supervisor)
+    the acceptor's ``delete_topics`` (``number``, ``topics``, ``timeout_ms``: a
+    DeleteTopics to carry out in the cluster) to the registrar, which answers
+    ``topics_deleted`` (``number``, ``results``: topic -> Kafka error code) to the
+    acceptor; the registrar's ``delete_local`` (``topic``: delete this broker's logs of
+    a topic marked for deletion) to the acceptor, which answers ``local_deleted``
+    (``topic``) once every worker did.
 """
 
 import enum
@@ -61,6 +68,10 @@ class Op(enum.StrEnum):
     CREATE_TOPIC = "create_topic"
     CLUSTER = "cluster"
     TOPIC_CONFIG = "topic_config"
+    DELETE_TOPICS = "delete_topics"
+    TOPICS_DELETED = "topics_deleted"
+    DELETE_LOCAL = "delete_local"
+    LOCAL_DELETED = "local_deleted"
 
 
 class ControlChannel:

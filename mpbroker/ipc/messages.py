@@ -9,14 +9,17 @@ Acceptor -> worker:
   ``[fragment header][topic][bytes]``, where the header also gives the set's total size
   and this fragment's offset in it; all fragments share the request id;
 - ``KIND_REPLICA_POSITIONS``: a follower's fetch reached the leader: its broker id and,
-  per partition, the leader epoch it fetched under and its log end (the fetch offset).
+  per partition, the leader epoch it fetched under and its log end (the fetch offset);
+- ``KIND_DELETE_TOPIC``: delete every log of this topic the worker has (the body is the
+  topic's name); it comes after every produce the acceptor routed before it.
 
 Worker -> acceptor:
 - ``KIND_ACK``: the answer to an acknowledged produce (error, offsets);
 - ``KIND_CLOSE``: a fire-and-forget produce failed: close its connection (0.7 style);
 - ``KIND_DONE``: every fire-and-forget produce up to this request id is handled;
 - ``KIND_WAKE``: the log end or high watermark of these replicated partitions moved:
-  answer the followers' fetches that wait for them.
+  answer the followers' fetches that wait for them;
+- ``KIND_TOPIC_DELETED``: the worker has no log of this topic left (the body is its name).
 ACK and CLOSE may carry a short reason text for the acceptor's log.
 """
 
@@ -31,6 +34,8 @@ KIND_DONE = 4
 KIND_PRODUCE_BATCH = 5
 KIND_REPLICA_POSITIONS = 6
 KIND_WAKE = 7
+KIND_DELETE_TOPIC = 8
+KIND_TOPIC_DELETED = 9
 
 
 class Mode(IntEnum):
@@ -205,3 +210,12 @@ def decode_wake(body: memoryview) -> list:
         partitions.append((bytes(body[at:at + length]).decode("ascii"), partition))
         at += length
     return partitions
+
+
+def encode_topic(topic: str) -> tuple:
+    """The body of KIND_DELETE_TOPIC and KIND_TOPIC_DELETED."""
+    return (topic.encode("ascii"),)
+
+
+def decode_topic(body: memoryview) -> str:
+    return bytes(body).decode("ascii")

@@ -35,9 +35,9 @@ ENTRY_BYTES = 512  # a multiple of 8: every entry's seq word is aligned
 _FIELDS = struct.Struct("<qqqQQQqqIi")
 _FIELDS_AT = 8
 # Replication: role, leader, leader_epoch, epoch_start, high_watermark, replica count,
-# then the ISR's broker ids (-1 for an unused place).
+# then the ISR's broker ids (-1 for an unused place); then the entry's generation.
 MAX_ISR = 8
-_REPLICA_FIELDS = struct.Struct(f"<qqqqqq{MAX_ISR}i")
+_REPLICA_FIELDS = struct.Struct(f"<qqqqqq{MAX_ISR}iq")
 _REPLICA_AT = _FIELDS_AT + _FIELDS.size
 _NO_ISR = (-1,) * MAX_ISR
 _NAME_AT = _REPLICA_AT + _REPLICA_FIELDS.size
@@ -52,8 +52,10 @@ class Role:
     LEADER = 1  # readers see the high watermark
     FOLLOWER = 2  # copies its leader; clients are told "not leader"
     OFFLINE = 3  # a replica here, but neither leading nor following now (no leader, or no ZooKeeper lease)
+    DELETED = 4  # its topic was deleted: no log here (until a produce makes one anew, a new generation)
 
-    NAMES = {UNREPLICATED: "unreplicated", LEADER: "leader", FOLLOWER: "follower", OFFLINE: "offline"}
+    NAMES = {UNREPLICATED: "unreplicated", LEADER: "leader", FOLLOWER: "follower", OFFLINE: "offline",
+             DELETED: "deleted"}
 
 
 class PartitionState(NamedTuple):
@@ -74,6 +76,9 @@ class PartitionState(NamedTuple):
     high_watermark: int = 0  # what readers of a replicated partition may see
     replica_count: int = 0  # replicas the assignment gives the partition (0: unreplicated)
     isr_slots: tuple = _NO_ISR  # the in-sync replicas' ids, -1 for unused places
+    # How many times the entry's log was deleted: a reader that cached a log's files and
+    # format under another generation drops them (the log was deleted and made anew).
+    generation: int = 0
 
     @property
     def isr(self) -> tuple:
@@ -162,7 +167,7 @@ class PartitionTable:
                 fields = _FIELDS.unpack_from(mm, at + _FIELDS_AT)
                 replica = _REPLICA_FIELDS.unpack_from(mm, at + _REPLICA_AT)
                 if words[word] == before:
-                    return PartitionState(*fields, *replica[:6], replica[6:])
+                    return PartitionState(*fields, *replica[:6], replica[6:-1], replica[-1])
             spins += 1
             if spins > _BUSY_SPINS:
                 now = time.monotonic()
@@ -193,7 +198,7 @@ class PartitionTable:
         at = self._at(count)
         self._words[at >> 3] = 0
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, 0, 0, 0, 0, 0, 0, 0, -1, 0, partition)
-        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, Role.UNREPLICATED, -1, -1, 0, 0, 0, *_NO_ISR)
+        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, Role.UNREPLICATED, -1, -1, 0, 0, 0, *_NO_ISR, 0)
         _NAME_LENGTH.pack_into(self._mm, at + _NAME_AT, len(raw))
         start = at + _NAME_AT + _NAME_LENGTH.size
         self._mm[start:start + len(raw)] = raw
@@ -207,7 +212,8 @@ class PartitionTable:
         writes it). The next ``write`` makes the entry consistent for readers again."""
         at = self._at(index)
         replica = _REPLICA_FIELDS.unpack_from(self._mm, at + _REPLICA_AT)
-        return PartitionState(*_FIELDS.unpack_from(self._mm, at + _FIELDS_AT), *replica[:6], replica[6:])
+        return PartitionState(*_FIELDS.unpack_from(self._mm, at + _FIELDS_AT), *replica[:6], replica[6:-1],
+                              replica[-1])
 
     def write(self, index: int, state: PartitionState) -> None:
         at = self._at(index)
@@ -216,18 +222,21 @@ class PartitionTable:
         odd = words[word] | 1  # odd already if a dead predecessor stopped mid-update
         words[word] = odd
         _FIELDS.pack_into(self._mm, at + _FIELDS_AT, *state[:10])
-        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, *state[10:16], *state.isr_slots)
+        _REPLICA_FIELDS.pack_into(self._mm, at + _REPLICA_AT, *state[10:16], *state.isr_slots, state.generation)
         words[word] = odd + 1
 
 
 def published_partitions(tables) -> list:
     """``[(topic, partition, worker slot, PartitionState)]`` of every entry of every
-    worker's table; an entry torn by a dead writer is left out until it is rewritten."""
+    worker's table; an entry torn by a dead writer is left out until it is rewritten,
+    and so is one whose topic was deleted (``Role.DELETED``)."""
     rows = []
     for slot, table in enumerate(tables):
         for index, topic, partition in table.names():
             try:
-                rows.append((topic, partition, slot, table.read(index)))
+                state = table.read(index)
             except TornEntryError:
                 continue
+            if state.role != Role.DELETED:
+                rows.append((topic, partition, slot, state))
     return rows

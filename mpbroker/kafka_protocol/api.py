@@ -55,6 +55,7 @@ SUPPORTED = {
     ApiKey.METADATA: Versions(0, 8, 0, 9),
     ApiKey.API_VERSIONS: Versions(0, 3, 0, 3),
     ApiKey.CREATE_TOPICS: Versions(2, 4, 2, 5),
+    ApiKey.DELETE_TOPICS: Versions(1, 3, 1, 4),
     ApiKey.DESCRIBE_CONFIGS: Versions(1, 2, 1, 4),
     ApiKey.INIT_PRODUCER_ID: Versions(0, 1, 0, 2),
     ApiKey.OFFSET_COMMIT: Versions(2, 7, 2, 8),

@@ -120,6 +120,14 @@ class BrokerRegistration:
         self.topics.update({topic: topics[topic] for topic in new})
         return new
 
+    def remove_topic(self, topic: str) -> None:
+        """The broker no longer has ``topic`` (it was deleted): its node goes."""
+        self.topics.pop(topic, None)
+        if topic in self._written_topics:
+            self._written_topics.discard(topic)
+            self._delete(layout.topic_broker_path(topic, self.info.id))
+            log.info("deregistered deleted topic %s from ZooKeeper", topic)
+
     def register(self) -> None:
         """Write the id and every topic under the current session (a new session
         writes everything again)."""

@@ -32,6 +32,7 @@ class ClusterView:
         self._send = send  # callable(**fields): an Op.CLUSTER message
         self._last = None
         self._next = 0.0
+        self.deleting = set()  # topics marked for deletion: left out
 
     def forget(self) -> None:
         """Send the view again at the next step (a respawned acceptor has none)."""
@@ -65,6 +66,8 @@ class ClusterView:
         topics = {}
         count = 0
         for topic in topic_names(self.client):
+            if topic in self.deleting:
+                continue
             try:
                 value, _ = self.client.get(topic_path(topic))
                 assignment = replication.parse_assignment(topic, value)

@@ -88,6 +88,7 @@ class Controller:
         self._registered_again = {}
         self._pending = {}  # (topic, partition) -> brokers bounced there whose write conflicted
         self._seen = set()  # the topics of the last round: only they get first states
+        self.deleting = set()  # topics marked for deletion: no more elections (registrar.topic_deleter)
 
     @property
     def active(self) -> bool:
@@ -219,6 +220,8 @@ class Controller:
     # --- one round -------------------------------------------------------------------
 
     def _elect(self, topic: str, live: dict, may_start: bool) -> None:
+        if topic in self.deleting:
+            return
         try:
             value, _ = self.client.get(replication.topic_path(topic))
             assignment = replication.parse_assignment(topic, value)

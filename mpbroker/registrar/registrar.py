@@ -54,12 +54,14 @@ from mpbroker.clock import monotonic_ms
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.ipc import counters
 from mpbroker.ipc.control import Op
+from mpbroker.ipc.partition_table import published_partitions
 from mpbroker.process.child import ChildProcess
 from mpbroker.registrar import EXIT_ID_CONFLICT
 from mpbroker.registrar.broker_registration import BrokerIdConflict, BrokerRegistration
 from mpbroker.registrar.cluster_view import ClusterView
 from mpbroker.registrar.controller import Controller
 from mpbroker.registrar.replica_roles import ReplicaRoles
+from mpbroker.registrar.topic_deleter import TopicDeleter
 from mpbroker.registrar.topic_settings import TopicSettings
 from mpbroker.registry import endpoints, layout, topic_admin
 from mpbroker.registry.replication import PlacementError
@@ -115,6 +117,9 @@ class Registrar(ChildProcess):
         self._last_warning = 0.0
         self._zk_state = "connecting"
         self._away_since = None  # monotonic time the client was first seen disconnected
+        self.deleter = TopicDeleter(  # topic deletions: this broker's share, the controller's, DeleteTopics
+            config.brokerid, lambda topic: channel.send(Op.DELETE_LOCAL, topic=topic),
+            lambda number, results: channel.send(Op.TOPICS_DELETED, number=number, results=results))
 
     # --- the process (process.child.ChildProcess) --------------------------------
 
@@ -125,7 +130,10 @@ class Registrar(ChildProcess):
 
     def control_handlers(self) -> dict:
         return {Op.REGISTER: self._on_register, Op.ISR_CHANGE: self._on_isr_change,
-                Op.CREATE_TOPIC: self._on_create_topic}
+                Op.CREATE_TOPIC: self._on_create_topic,
+                Op.DELETE_TOPICS: lambda message: self.deleter.request(message["number"], message["topics"],
+                                                                       message["timeout_ms"]),
+                Op.LOCAL_DELETED: lambda message: self.deleter.local_deleted(message["topic"])}
 
     def _on_create_topic(self, message: dict) -> None:
         """A produce named a topic no broker has, or a modern client's CreateTopics: create
@@ -184,6 +192,7 @@ class Registrar(ChildProcess):
             if self.client is None:
                 self._connect()
             if not self.client.connected:
+                self.deleter.expire(time.monotonic())
                 self._report_unreachable()
                 self._report()  # status must show the disconnection too
                 self._replace_client_kept_away()
@@ -195,7 +204,8 @@ class Registrar(ChildProcess):
                 self.channel.send(Op.CHECKED, zookeeper=True)
             if self.serving:
                 began = monotonic_ms()
-                self._read_roles()  # first: the topic scan leaves the replicated topics out
+                self._delete_topics()  # first: the topics marked for deletion are neither replicated nor registered
+                self._read_roles()  # then: the topic scan leaves the replicated topics out
                 self._register()
                 if self.registration.registered_session is not None:  # only a live broker controls
                     self.controller.step()
@@ -214,6 +224,10 @@ class Registrar(ChildProcess):
         except ZK_ERRORS as exc:  # the other ZooKeeper errors
             self._warn(f"ZooKeeper call failed: {exc!r}; retrying")
         self._report()
+
+    def _delete_topics(self) -> None:
+        self.deleter.step(self.client, self.registration, self.controller.active)
+        self.roles.deleting = self.controller.deleting = self.cluster.deleting = self.deleter.marked
 
     def _read_roles(self) -> None:
         session = self.client.client_id[0]
@@ -288,7 +302,9 @@ class Registrar(ChildProcess):
         """The 0.7 topics of the partition tables (a replicated topic's nodes are the
         controller's: its partitions are not registered per broker)."""
         replicated = self.roles.replicated_topics if self.roles is not None else {}
-        topics = {topic for table in self.tables for _, topic, _ in table.names() if topic not in replicated}
+        marked = self.deleter.marked  # being deleted: not registered again
+        topics = {topic for topic, _, _, _ in published_partitions(self.tables)
+                  if topic not in replicated and topic not in marked}
         return {topic: self.config.partitions_for(topic) for topic in topics}
 
     # --- reporting --------------------------------------------------------------

@@ -69,6 +69,7 @@ class ReplicaRoles:
         self._topics = None  # last sent: replicated topic -> partition count
         self._entries = {}  # last sent: (topic, partition) -> entry
         self.before_send = None  # callable(replicated topics): run after the reads, before the roles go
+        self.deleting = set()  # topics marked for deletion: no longer replicated here (role "none")
 
     @property
     def replicated_topics(self) -> dict:
@@ -113,6 +114,8 @@ class ReplicaRoles:
         entries = {}
         addresses = {}
         for topic in topic_names(self.client):
+            if topic in self.deleting:
+                continue
             try:
                 value, _ = self.client.get(layout.topic_path(topic))
                 assignment = replication.parse_assignment(topic, value)

@@ -482,6 +482,15 @@ class Log:
             for segment in self._segments:
                 segment.close()
 
+    def discard(self) -> None:
+        """Close every segment without a flush: the log is being deleted (no flush of
+        it may be in flight)."""
+        if self._flushes_in_flight:
+            raise RuntimeError(f"{self.directory}: a flush is in flight")
+        self.failure = "the topic was deleted"
+        for segment in self._segments:
+            segment.close()
+
 
 def _remove_empty_directory(directory: str) -> None:
     try:

@@ -13,10 +13,13 @@ import os
 from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import StorageError
 from mpbroker.codec.topic_names import check_topic
+from mpbroker.segments import topic_configs, topic_deletion
 from mpbroker.segments.clean_shutdown import MARKER_NAME
 from mpbroker.segments.log import Log
 from mpbroker.segments.log_config import LogConfig
 from mpbroker.segments.naming import parse_partition_dir
+
+_BROKER_DIRECTORIES = (topic_configs.DIRECTORY, topic_deletion.DIRECTORY)  # not partitions: no warning
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ class LogManager:
             parsed = parse_partition_dir(name)
             is_directory = os.path.isdir(path)
             if parsed is None:
-                if is_directory:
+                if is_directory and name not in _BROKER_DIRECTORIES and topic_deletion.retired_partition(name) is None:
                     log.warning("ignoring %s in log.dir: not a <topic>-<partition> directory", path)
                 continue
             topic, partition = parsed
@@ -97,6 +100,25 @@ class LogManager:
 
     def logs(self):
         return self._logs.values()
+
+    def remove(self, topic: str, partition: int) -> None:
+        """Delete a partition's log (its topic is deleted): its files are closed, its
+        directory renamed out of the way and removed (``topic_deletion``). The caller
+        made sure no flush of it is in flight."""
+        found = self._logs.pop((topic, partition), None)
+        if found is None:
+            return
+        found.discard()
+        if os.path.isdir(found.directory):
+            topic_deletion.remove_partition_directory(found.directory)
+
+    def remove_leftovers(self, topic: str) -> None:
+        """Every directory of ``topic`` this owner serves that no open log holds, and
+        every one renamed for deletion (a predecessor died in the middle)."""
+        for directory in topic_deletion.partition_directories(self.log_dir, topic, self._owns):
+            topic_deletion.remove_partition_directory(directory)
+        for retired in topic_deletion.retired_directories(self.log_dir, topic, self._owns):
+            topic_deletion.remove_retired(retired)
 
     def __len__(self) -> int:
         return len(self._logs)

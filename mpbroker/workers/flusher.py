@@ -115,6 +115,20 @@ class Flusher:
             results.extend(self.collect())
         return results
 
+    def wait_for(self, partition_logs, checkpoint: bool = False) -> list:
+        """Block until none of ``partition_logs`` has a flush in flight (nor, with
+        ``checkpoint``, a checkpoint write runs), and forget their flushes asked for
+        meanwhile; return what ``collect`` gathered (a log about to be deleted)."""
+        results = []
+        self._again.difference_update(partition_logs)
+        while (any(partition_log in self._in_flight for partition_log in partition_logs)
+               or (checkpoint and self.checkpoint_in_flight is not None)):
+            select.select([self.done_fd], [], [], 1.0)
+            results.extend(self.collect())
+        for partition_log in partition_logs:
+            self._again.discard(partition_log)
+        return results
+
     def stop(self) -> None:
         for _ in self._threads:
             self._work.put(None)

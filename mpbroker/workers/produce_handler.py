@@ -287,6 +287,15 @@ class ProduceHandler:
             self._answer(messages.KIND_ACK, messages.encode_ack(request_id, ErrorCode.STORAGE_ERROR, partition,
                                                                 -1, -1, partition_log.failure))
 
+    def forget(self, partition_log) -> None:
+        """The log is being deleted: the flush acks still waiting for it are answered
+        (their sets were appended before the deletion, which comes after them and
+        removes them anyway), and its producers' state goes."""
+        for next_offset, request_id, partition, offset in self._flush_waiters.pop(partition_log, ()):
+            self._answer(messages.KIND_ACK, messages.encode_ack(request_id, ErrorCode.NO_ERROR, partition, offset,
+                                                                next_offset))
+        self._producers.forget(partition_log)
+
     def flushed(self, partition_log) -> None:
         """Answer the flush acks a completed flush of ``partition_log`` covers."""
         waiters = self._flush_waiters.get(partition_log)

@@ -6,6 +6,8 @@ watermark), so a log's entry is rewritten after every change a reader cares abou
 appends (log end, counters), flushes (flushed end, recovery point), rolls and
 retention (segments), role changes and high watermarks (``replication``). The
 recovery point published here is where a respawned worker starts recovering the log.
+A deleted log's entry says so (``Role.DELETED``, its generation one more); a log made
+anew under the same name takes the entry over in that generation.
 """
 
 from mpbroker.ipc.partition_table import PartitionState, PartitionTable, Role, isr_slots
@@ -22,6 +24,7 @@ class Publisher:
         self._version_base = {}  # Log -> added to its segments_version (monotonic across restarts)
         self.replicas = {}  # Log -> replication.Replica, for the replicated partitions
         self._previous = {}  # Log -> the state its entry held when added (a predecessor's, after a respawn)
+        self._generation = {}  # Log -> its entry's generation
 
     def __len__(self) -> int:
         return len(self._index)
@@ -35,6 +38,7 @@ class Publisher:
         self._previous[partition_log] = previous
         self._counters[partition_log] = [previous.messages_in, previous.bytes_in, previous.last_flush_ms]
         self._version_base[partition_log] = previous.segments_version + 1
+        self._generation[partition_log] = previous.generation
         self.publish(partition_log)
 
     def previous(self, partition_log):
@@ -66,7 +70,20 @@ class Publisher:
             partition_log.segment_count,
             partition_log.partition,
             *replication,
+            self._generation[partition_log],
         ))
+
+    def remove(self, partition_log) -> None:
+        """The log was deleted: its entry says so, in a new generation, and the
+        publisher forgets it."""
+        index = self._index.pop(partition_log)
+        messages_in, bytes_in, last_flush_ms = self._counters.pop(partition_log)
+        version = self._version_base.pop(partition_log) + partition_log.segments_version + 1
+        self._table.write(index, PartitionState(
+            0, 0, 0, version, messages_in, bytes_in, last_flush_ms, -1, 0, partition_log.partition,
+            Role.DELETED, -1, -1, 0, 0, 0, isr_slots(()), self._generation.pop(partition_log) + 1))
+        self._previous.pop(partition_log, None)
+        self.replicas.pop(partition_log, None)
 
     def publish_all(self) -> None:
         for partition_log in self._index:

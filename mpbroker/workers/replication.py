@@ -235,6 +235,17 @@ class ReplicaManager:
         if self.fetcher is not None and replica.role == Role.FOLLOWER:
             self.fetcher.remove(replica)
 
+    def forget(self, partition_log) -> None:
+        """The log is being deleted: its durability-2 produces are refused, its
+        follower's fetching stops, and the partition is no longer a replica here."""
+        replica = self.by_log.pop(partition_log, None)
+        if replica is None:
+            return
+        self._stop_leading(replica, "its topic was deleted")
+        if self.fetcher is not None:
+            self.fetcher.remove(replica)
+        self.replicas.pop((replica.topic, replica.partition), None)
+
     def _set_role(self, replica: Replica, role: int) -> None:
         replica.role = role
         self._woken.add((replica.topic, replica.partition))  # waiting fetches learn it at once

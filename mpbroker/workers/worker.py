@@ -55,6 +55,7 @@ from mpbroker.workers.produce_handler import ProduceHandler
 from mpbroker.workers.publisher import Publisher
 from mpbroker.workers.replica_fetcher import ReplicaFetcher
 from mpbroker.workers.replication import ReplicaManager
+from mpbroker.workers.topic_removal import TopicRemoval
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,7 @@ class PartitionWorker(ChildProcess):
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer,
                                       self.replication)
         self._timers = []  # the ones the configuration sets (a reload restarts them)
+        self._removal = TopicRemoval(self)
 
     # --- setup ------------------------------------------------------------------
 
@@ -178,7 +180,7 @@ class PartitionWorker(ChildProcess):
         self.watch(self.answers.space_fd, self._on_answer_space)
         self.watch(self.flusher.done_fd, self._on_flushed)
         self.fetcher = ReplicaFetcher(self, self.config.brokerid, self.config, self.replication, self.publisher,
-                                      self.flusher, ThrottledLog(log), self._checkpoint_now,
+                                      self.flusher, ThrottledLog(log), self.checkpoint_now,
                                       lambda: self.flusher.checkpoint_in_flight is None)
         self.replication.fetcher = self.fetcher
         self.timers.every(REPLICATION_TICK_MS, self._replication_tick)
@@ -264,7 +266,15 @@ class PartitionWorker(ChildProcess):
         if not records:
             return
         try:
-            self.handler.handle(records)  # copies what it keeps out of the ring
+            start = 0  # a deletion of a topic comes after the produces before it, and before the rest
+            for index, (kind, body) in enumerate(records):
+                if kind == messages.KIND_DELETE_TOPIC:
+                    if index > start:
+                        self.handler.handle(records[start:index])
+                    self._removal.remove(messages.decode_topic(body))
+                    start = index + 1
+            if start < len(records):
+                self.handler.handle(records[start:] if start else records)  # copies what it keeps
         finally:
             del records
             self.requests.release()
@@ -273,8 +283,15 @@ class PartitionWorker(ChildProcess):
         Ring.clear_notification(self.answers.space_fd)
 
     def _on_flushed(self, _mask: int) -> None:
+        self.handle_flush_results(self.flusher.collect())
+
+    def forget_postponed(self, partition_log) -> None:
+        self._postponed.discard(partition_log)
+
+    def handle_flush_results(self, results) -> None:
+        """Act on completed flushes (``Flusher.collect``) and a completed checkpoint write."""
         now = wall_clock_ms()  # the date of the last flush, for the metrics
-        for partition_log, error in self.flusher.collect():
+        for partition_log, error in results:
             if isinstance(error, LogRemovedError):
                 log.critical("%s", partition_log.failure)  # once: a failed log is not flushed again
                 self._postponed.discard(partition_log)
@@ -309,6 +326,8 @@ class PartitionWorker(ChildProcess):
     def _queue_answer(self, kind: int, parts: tuple) -> None:
         self._outbox.append((kind, parts))
 
+    queue_answer = _queue_answer
+
     def _send_answers(self) -> None:
         outbox = self._outbox
         ring = self.answers
@@ -330,7 +349,7 @@ class PartitionWorker(ChildProcess):
                 stored(partition_log.recovery_point)
                 for partition_log in self.logs.logs()}
 
-    def _checkpoint_now(self) -> None:
+    def checkpoint_now(self) -> None:
         """Write the recovery points at once (a truncation lowered one): no restart may
         trust a point above what the log now holds."""
         points = self._recovery_points_now()

@@ -130,13 +130,14 @@ states = st.builds(
     recovery_point=st.integers(-(2**63), 2**63 - 1),
     segment_count=st.integers(0, 2**32 - 1),
     partition=st.just(5),
-    role=st.sampled_from([0, 1, 2, 3]),
+    role=st.sampled_from([0, 1, 2, 3, 4]),
     leader=st.integers(-1, 2**31),
     leader_epoch=st.integers(-1, 2**40),
     epoch_start=st.integers(0, 2**63 - 1),
     high_watermark=st.integers(0, 2**63 - 1),
     replica_count=st.integers(0, 2**31),
     isr_slots=st.lists(st.integers(0, 2**31 - 1), max_size=pt.MAX_ISR).map(pt.isr_slots),
+    generation=st.integers(0, 2**63 - 1),
 )
 
 
@@ -467,3 +468,13 @@ def test_heartbeat_from_a_forked_slot_process_is_seen_by_the_supervisor():
     pid = child.result(timeout=10)
     assert pid == child.pid
     assert slots.read(1) == Slot(0, SlotState.STARTING, 1, 0, 10, 424242)
+
+
+def test_a_deleted_entry_keeps_its_index_and_is_left_out_of_the_published_partitions():
+    table = pt.PartitionTable(4)
+    table.find_or_add("kept", 0)
+    gone = table.find_or_add("gone", 0)
+    table.write(gone, PartitionState(0, 0, 0, 7, 10, 100, 0, -1, 0, 0, role=pt.Role.DELETED, generation=1))
+    assert [row[0] for row in pt.published_partitions([table])] == ["kept"]
+    assert table.find_or_add("gone", 0) == gone  # made anew: the same entry, a new generation
+    assert table.read(gone).generation == 1

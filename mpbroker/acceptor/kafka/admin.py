@@ -74,6 +74,8 @@ class AdminHandler:
             return KafkaError.INVALID_TOPIC_EXCEPTION, str(exc)
         if self._metadata.topic_exists(name):
             return KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        if name in self._legacy.deleting:
+            return KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} is being deleted"
         partitions = self.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         if not 1 <= partitions <= MAX_PARTITIONS:
             return INVALID_PARTITIONS, f"{topic.num_partitions} partitions: between 1 and {MAX_PARTITIONS}, or -1"

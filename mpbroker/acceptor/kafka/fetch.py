@@ -100,6 +100,8 @@ class FetchHandler:
         total = 0
         for topic in request.topics:
             for partition in topic.partitions:
+                if self._check(topic.topic, partition.partition):
+                    return 1 << 62  # an unknown (or deleted) topic is worth answering at once too
                 error, view, _, end = self._reads.bounds(topic.topic, partition.partition)
                 if error:
                     return 1 << 62  # an error is worth answering at once

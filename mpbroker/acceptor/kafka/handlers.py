@@ -19,6 +19,7 @@ from kafka.protocol.metadata import ApiVersionsResponse
 
 from mpbroker.acceptor.kafka.admin import AdminHandler
 from mpbroker.acceptor.kafka.answers import respond
+from mpbroker.acceptor.kafka.delete_topics import DeleteTopicsHandler
 from mpbroker.acceptor.kafka.fetch import FetchHandler
 from mpbroker.acceptor.kafka.groups import GroupHandlers
 from mpbroker.acceptor.kafka.list_offsets import list_offsets
@@ -49,7 +50,7 @@ class KafkaRequestHandlers:
     """``handle(connection, frame)`` for the connections of ``kafka.port``."""
 
     def __init__(self, config, segment_files, router, legacy_handlers, timers, counters, to_send,
-                 listening_port: int):
+                 listening_port: int, deletions=None, ask_registrar=None):
         self.config = config
         self._counters = counters
         self.reads = ModernReads(segment_files, config)
@@ -68,6 +69,7 @@ class KafkaRequestHandlers:
         self.groups = GroupHandlers(config, self.offsets_topic, self.coordinator, to_send)
         self.offsets = OffsetApis(config, self.offsets_topic, self.coordinator, self.metadata, legacy_handlers,
                                   to_send)
+        self.delete_topics = DeleteTopicsHandler(config, self.metadata, timers, to_send, deletions, ask_registrar)
         self._legacy = legacy_handlers
         self._leadership_checked_ms = 0
         timers.every(GROUP_TICK_MS, self._group_tick)
@@ -78,6 +80,7 @@ class KafkaRequestHandlers:
             ApiKey.LIST_OFFSETS: lambda connection, request_header, body: list_offsets(
                 connection, request_header, body, self.reads, legacy_handlers),
             ApiKey.CREATE_TOPICS: self.admin.create_topics,
+            ApiKey.DELETE_TOPICS: self.delete_topics.handle,
             ApiKey.DESCRIBE_CONFIGS: self.admin.describe_configs,
             ApiKey.INIT_PRODUCER_ID: self.producer_ids.handle,
             ApiKey.FIND_COORDINATOR: self.groups.find_coordinator,

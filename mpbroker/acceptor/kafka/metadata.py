@@ -135,6 +135,8 @@ class MetadataHandler:
                 self._legacy.ask_to_create(name, self.config.num_partitions, record_batches=True)
                 log.info("asked the controller to create topic %s for %r", name, connection)
             return KafkaError.LEADER_NOT_AVAILABLE
+        if name in self._legacy.deleting:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION  # made anew once its deletion is over
         routes = []
         for partition in range(self._legacy.partition_count(name)):
             try:

@@ -79,6 +79,8 @@ class ModernReads:
             state = self._files.partition_state(view)
         except TornEntryError:
             return KafkaError.UNKNOWN_SERVER_ERROR, None, None, 0
+        if state.role == Role.DELETED:  # as a partition no worker has
+            return KafkaError.NONE, None, None, 0
         if state.role == Role.UNREPLICATED:
             end = state.log_end if self.record_batches(view) else state.flushed_end
         elif state.role == Role.LEADER:
