@@ -259,3 +259,18 @@ def test_admin_lists_describes_and_deletes_groups(broker, topic):
         assert all(tp.offset < 0 for tp in committed), "a deleted group's commits are gone"
     finally:
         fresh.close()
+
+
+def test_the_offsets_topic_cannot_be_deleted(broker, topic):
+    """``__consumer_offsets`` holds every group's commits: DeleteTopics refuses it."""
+    produce(broker, topic, 5)
+    consumer = confluent_consumer(broker, f"{topic}-g", **{"enable.auto.commit": False})
+    consumer.subscribe([topic])
+    poll_until([consumer], 5)
+    consumer.commit(asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(Exception, match="INVALID_REQUEST"):
+        admin.delete_topics(["__consumer_offsets"], operation_timeout=10)["__consumer_offsets"].result(timeout=20)
+    committed = consumer.committed([TopicPartition(topic, p) for p in range(PARTITIONS)], timeout=10)
+    assert sum(tp.offset > 0 for tp in committed) >= 1
+    consumer.close()

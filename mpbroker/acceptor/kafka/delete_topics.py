@@ -2,7 +2,8 @@
 topic of the request is deleted or ``timeout_ms`` ran out.
 
 Per topic: INVALID_TOPIC_EXCEPTION for a name that breaks the topic rule,
-INVALID_REQUEST for a name given twice, UNKNOWN_TOPIC_OR_PARTITION for a topic that
+INVALID_REQUEST for a name given twice and for ``__consumer_offsets`` (internal: it
+holds every modern group's commits), UNKNOWN_TOPIC_OR_PARTITION for a topic that
 does not exist, NONE once it is gone, REQUEST_TIMED_OUT if it was not gone within
 ``timeout_ms`` (the deletion goes on; a timeout of 0 or less answers at once, as
 Kafka does).
@@ -21,6 +22,7 @@ import time
 from kafka.protocol.admin import DeleteTopicsResponse
 
 from mpbroker.acceptor.kafka.answers import framed
+from mpbroker.acceptor.kafka.offsets_topic import OFFSETS_TOPIC
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.kafka_protocol import messages
@@ -92,6 +94,9 @@ class DeleteTopicsHandler:
         except (InvalidTopicError, TypeError) as exc:
             log.info("%r: DeleteTopics of an invalid topic name: %s", connection, exc)
             return KafkaError.INVALID_TOPIC_EXCEPTION
+        if name == OFFSETS_TOPIC:
+            log.info("%r: DeleteTopics of %s refused (internal: every group's commits)", connection, name)
+            return KafkaError.INVALID_REQUEST
         if self._ask_registrar is not None:
             return None  # the registrar knows whether the cluster has it
         if not (self.deletions.deleting(name) or self._metadata.topic_exists(name)):
