@@ -100,7 +100,8 @@ class Supervisor:
         preflight.raise_file_limit()
         self._lock_fd = preflight.open_log_dir(config.log_dir)
         with start_step("cannot make the shared-memory rings and tables"):
-            self.memory = SharedMemory(config.num_workers, config.ring_buffer_bytes)
+            self.memory = SharedMemory(config.num_workers, config.ring_buffer_bytes,
+                                       group_snapshot=config.metrics_enable and config.kafka_port >= 0)
             self.workers, self.acceptor, self.registrar, self.metrics = make_children(config)
         self.slots = self.memory.slots
         self.children = [child for child in (*self.workers, self.acceptor, self.registrar, self.metrics) if child]

@@ -76,7 +76,8 @@ PEER_GONE_ERRNOS = (errno.ECONNRESET, errno.EPIPE)  # normal client behaviour: t
 
 class Acceptor(ChildProcess):
     def __init__(self, config, listener: socket.socket, request_rings, answer_rings, tables, slots, slot: int,
-                 control, incarnation: int, counters, kafka_listener: socket.socket | None = None):
+                 control, incarnation: int, counters, kafka_listener: socket.socket | None = None,
+                 group_snapshot=None):
         super().__init__(slots, slot, control)
         self.config = config
         self.busy_poll_s = config.busy_poll_us / 1e6
@@ -98,7 +99,7 @@ class Acceptor(ChildProcess):
         self.kafka_handlers = KafkaRequestHandlers(
             config, self.files, self.router, self.handlers, self.timers, counters,
             lambda connection: self._to_send.add(connection),
-            kafka_listener.getsockname()[1]) if kafka_listener is not None else None
+            kafka_listener.getsockname()[1], group_snapshot) if kafka_listener is not None else None
         self._listeners = {listener: self.handlers}  # listening socket -> the handlers of its protocol
         if kafka_listener is not None:
             self._listeners[kafka_listener] = self.kafka_handlers
