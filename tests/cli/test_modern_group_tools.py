@@ -379,3 +379,21 @@ def test_no_broker_answering_exits_3():
                          timeout=30, cwd=REPO)
     assert run.returncode == 3, run.stderr
     assert "no broker at 127.0.0.1:1 answered" in run.stderr
+
+
+# --- the README's recipe -------------------------------------------------------------------
+
+def test_the_readme_modern_groups_block_runs(broker):
+    """The README's ``modern-groups`` block, as written but for the broker's address."""
+    from tests.readme.readme_blocks import block, commands
+
+    produce(broker, "visits", 2, prefix="visit")
+    scripts = os.path.dirname(sys.executable)
+    for command in commands(block("modern-groups")):
+        command = command.replace("localhost:9093", broker.bootstrap)
+        command = command.replace("mpbroker-groups ", f"{scripts}/mpbroker-groups ")
+        run = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert run.returncode == 0, (command, run.stdout, run.stderr)
+        if "--describe" in command:
+            assert "group readers: Empty" in run.stdout and "visits" in run.stdout, run.stdout
+    assert "readers" not in tool_json(broker, "--list")["groups"], "the block ends by deleting the group"
