@@ -92,7 +92,8 @@ def topic_partitions(admin, topics) -> dict:
     counts = {}
     for described in retrying(admin, admin.describe_topics, sorted(set(topics))):
         if described["error_code"]:
-            raise ValueError(f"topic {described['name']!r}: {error_name(kafka_errors.for_code(described['error_code']))}")
+            error = error_name(kafka_errors.for_code(described["error_code"]))
+            raise ValueError(f"topic {described['name']!r}: {error}")
         counts[described["name"]] = len(described["partitions"])
     return counts
 

@@ -18,8 +18,10 @@ batch of n records at bytes [p, q) holds offsets q-n .. q-1), so a lag counts of
 roughly bytes, not records: 0 means the group has read everything.
 """
 
+import re
 import time
 
+import kafka.errors as kafka_errors
 from kafka import TopicPartition
 from kafka.protocol.consumer import OffsetSpec
 
@@ -28,6 +30,7 @@ from mpbroker.clients.modern_groups.connection import RETRY_S, TIMEOUT_MS, Broke
 DEAD = "Dead"
 INACTIVE_STATES = ("Empty", DEAD)
 _LOAD_ERRORS = ("COORDINATOR_LOAD_IN_PROGRESS", "NOT_COORDINATOR", "COORDINATOR_NOT_AVAILABLE")
+_ERROR_CODE = re.compile(r"\[Error (-?\d+)\]")
 
 
 class GroupNotFound(Exception):
@@ -57,16 +60,25 @@ def _describe(admin, group_ids) -> dict:
         answers = retrying(admin, admin.describe_groups, wanted)
         wanted = []
         for group_id, answer in answers.items():
-            error = answer.get("error")
-            if error and any(name in error for name in _LOAD_ERRORS) and time.monotonic() < deadline:
+            error = _kafka_name(answer.get("error"))
+            if error in _LOAD_ERRORS and time.monotonic() < deadline:
                 wanted.append(group_id)
             elif error:
-                raise BrokerAnswered(f"describing group {group_id!r}: {error}", error.split(":")[0])
+                raise BrokerAnswered(f"describing group {group_id!r}: the coordinator answered {error}", error)
             else:
                 found[group_id] = answer
         if not wanted:
             return found
         time.sleep(RETRY_S)
+
+
+def _kafka_name(error_text) -> str:
+    """``COORDINATOR_LOAD_IN_PROGRESS`` of kafka-python's "[Error 14] Coordinator..."
+    (the text it puts in a described group's answer), "" for none."""
+    if not error_text:
+        return ""
+    found = _ERROR_CODE.search(error_text)
+    return kafka_errors.for_code(int(found.group(1))).message if found else str(error_text)
 
 
 def describe_group_state(admin, group_id: str) -> tuple:

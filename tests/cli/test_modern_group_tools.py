@@ -8,6 +8,7 @@ uses topics and groups of its own."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -134,9 +135,12 @@ def test_list_and_describe_show_members_partitions_offsets_and_lag(broker, topic
         first.subscribe([topic])
         second.subscribe([topic])
         seen = {}
-        wait_for(lambda: (seen.update(read([first, second], 1 << 30, timeout=0.3)), first.assignment()
-                          and second.assignment() and len(first.assignment()) + len(second.assignment()) == PARTITIONS)[1],
-                 timeout=TIMEOUT_S, what="both members assigned")
+
+        def both_assigned():
+            seen.update(read([first, second], 1 << 30, timeout=0.3))
+            return first.assignment() and second.assignment() and \
+                len(first.assignment()) + len(second.assignment()) == PARTITIONS
+        wait_for(both_assigned, timeout=TIMEOUT_S, what="both members assigned")
         seen.update(drain([first, second]))  # (a partition moved in the rebalance is read again by its new owner)
         assert set(seen) == set(sent)
         commit(first)
@@ -351,6 +355,22 @@ def test_delete_an_inactive_group(broker, topic):
         assert set(read([consumer], len(stored))) == set(stored)
     finally:
         consumer.close()
+
+
+def test_describe_right_after_a_restart_waits_for_the_commits_to_load(tmp_path):
+    """The coordinator answers COORDINATOR_LOAD_IN_PROGRESS while it reads
+    ``__consumer_offsets`` after a start: the tool asks again."""
+    with LocalBroker(tmp_path / "restarted", num_workers=2, num_partitions=PARTITIONS,
+                     group_initial_rebalance_delay_ms=0) as restarted:
+        stored = produce(restarted, "restarts", 20)
+        consume_and_commit(restarted, "survivors", "restarts", len(stored))
+        before = committed(restarted, "survivors")
+        restarted.stop(signal.SIGKILL)
+        restarted.start()
+        run = groups_tool(restarted, "--describe", "--group", "survivors", "--json")
+        assert run.returncode == 0, run.stderr
+        assert {(row["topic"], row["partition"]): row["committed_offset"]
+                for row in json.loads(run.stdout)["partitions"]} == before
 
 
 # --- errors -----------------------------------------------------------------------------
