@@ -103,7 +103,8 @@ class Supervisor:
         with start_step(f"cannot finish the topic deletions a stop interrupted in log.dir {config.log_dir}"):
             topic_deletion.finish_pending(config.log_dir)  # before any worker opens a log
         with start_step("cannot make the shared-memory rings and tables"):
-            self.memory = SharedMemory(config.num_workers, config.ring_buffer_bytes)
+            self.memory = SharedMemory(config.num_workers, config.ring_buffer_bytes,
+                                       group_snapshot=config.metrics_enable and config.kafka_port >= 0)
             self.workers, self.acceptor, self.registrar, self.metrics = make_children(config)
         self.slots = self.memory.slots
         self.children = [child for child in (*self.workers, self.acceptor, self.registrar, self.metrics) if child]

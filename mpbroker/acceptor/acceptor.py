@@ -77,7 +77,8 @@ PEER_GONE_ERRNOS = (errno.ECONNRESET, errno.EPIPE)  # normal client behaviour: t
 
 class Acceptor(ChildProcess):
     def __init__(self, config, listener: socket.socket, request_rings, answer_rings, tables, slots, slot: int,
-                 control, incarnation: int, counters, kafka_listener: socket.socket | None = None):
+                 control, incarnation: int, counters, kafka_listener: socket.socket | None = None,
+                 group_snapshot=None):
         super().__init__(slots, slot, control)
         self.config = config
         self.busy_poll_s = config.busy_poll_us / 1e6
@@ -104,7 +105,7 @@ class Acceptor(ChildProcess):
             config, self.files, self.router, self.handlers, self.timers, counters,
             lambda connection: self._to_send.add(connection),
             kafka_listener.getsockname()[1], None if config.enable_zookeeper else self.deletions,
-            ask_registrar) if kafka_listener is not None else None
+            ask_registrar, group_snapshot) if kafka_listener is not None else None
         self._listeners = {listener: self.handlers}  # listening socket -> the handlers of its protocol
         if kafka_listener is not None:
             self._listeners[kafka_listener] = self.kafka_handlers

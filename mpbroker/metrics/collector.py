@@ -8,7 +8,9 @@ Sources, all written by other processes and only read here:
 - the counter table: the acceptor's requests, bytes and connections, the workers'
   flushes and their latency and ISR changes, the registrar's controller flag
   (``mpbroker/ipc/counters.py``);
-- ``statvfs`` of log.dir: the free space.
+- ``statvfs`` of log.dir: the free space;
+- the acceptor's snapshot of the modern consumer groups it coordinates: their states,
+  members, commits and lag (``group_families``).
 
 Every name starts with ``mpbroker_``. Counters keep counting across respawns (their
 rows belong to the supervisor), so ``rate()`` over them is sound.
@@ -23,18 +25,21 @@ from mpbroker.ipc import counters as c
 from mpbroker.ipc.partition_table import Role, published_partitions
 from mpbroker.ipc.slot_table import SlotState
 from mpbroker.kafka_protocol.api import ApiKey
+from mpbroker.metrics.group_families import group_families
 
 _MODERN_API_NAMES = {int(key): key.name.lower() for key in ApiKey}
 
 
 class BrokerCollector:
-    def __init__(self, config, tables, slots, counters, processes):
-        """``processes``: ``[(slot, name, role)]`` of every supervisor child."""
+    def __init__(self, config, tables, slots, counters, processes, group_snapshot=None):
+        """``processes``: ``[(slot, name, role)]`` of every supervisor child;
+        ``group_snapshot``: the acceptor's modern consumer groups (None: kafka.port off)."""
         self.config = config
         self.tables = tables
         self.slots = slots
         self.counters = counters
         self.processes = processes
+        self.group_snapshot = group_snapshot
 
     def collect(self):
         yield from self._broker()
@@ -43,6 +48,7 @@ class BrokerCollector:
         yield from self._flushes()
         yield from self._replication()
         yield from self._partitions()
+        yield from group_families(self.group_snapshot)
 
     def _broker(self):
         info = GaugeMetricFamily("mpbroker_info", "the broker's id and version (always 1)",

@@ -25,7 +25,8 @@ def run_acceptor(supervisor, child) -> int:
     memory = supervisor.memory
     acceptor = Acceptor(supervisor.config, supervisor.listeners.broker, memory.request_rings, memory.answer_rings,
                         memory.tables, memory.slots, child.slot, child.child_channel, child.restarts,
-                        memory.counters.row(child.slot), kafka_listener=supervisor.listeners.kafka)
+                        memory.counters.row(child.slot), kafka_listener=supervisor.listeners.kafka,
+                        group_snapshot=memory.group_snapshot)
     return acceptor.run()
 
 
@@ -45,7 +46,8 @@ def run_metrics(supervisor, child) -> int:
 
     memory = supervisor.memory
     processes = [(other.slot, other.name, other.role) for other in supervisor.children]
-    collector = BrokerCollector(supervisor.config, memory.tables, memory.slots, memory.counters, processes)
+    collector = BrokerCollector(supervisor.config, memory.tables, memory.slots, memory.counters, processes,
+                                group_snapshot=memory.group_snapshot)
     exporter = MetricsExporter(collector, supervisor.listeners.metrics, memory.slots, child.slot, child.child_channel)
     return exporter.run()
 

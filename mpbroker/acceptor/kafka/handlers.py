@@ -21,6 +21,7 @@ from mpbroker.acceptor.kafka.admin import AdminHandler
 from mpbroker.acceptor.kafka.answers import respond
 from mpbroker.acceptor.kafka.delete_topics import DeleteTopicsHandler
 from mpbroker.acceptor.kafka.fetch import FetchHandler
+from mpbroker.acceptor.kafka.group_metrics import GroupMetricsPublisher
 from mpbroker.acceptor.kafka.groups import GroupHandlers
 from mpbroker.acceptor.kafka.list_offsets import list_offsets
 from mpbroker.acceptor.kafka.metadata import MetadataHandler
@@ -50,7 +51,7 @@ class KafkaRequestHandlers:
     """``handle(connection, frame)`` for the connections of ``kafka.port``."""
 
     def __init__(self, config, segment_files, router, legacy_handlers, timers, counters, to_send,
-                 listening_port: int, deletions=None, ask_registrar=None):
+                 listening_port: int, deletions=None, ask_registrar=None, group_snapshot=None):
         self.config = config
         self._counters = counters
         self.reads = ModernReads(segment_files, config)
@@ -72,6 +73,8 @@ class KafkaRequestHandlers:
         self.delete_topics = DeleteTopicsHandler(config, self.metadata, timers, to_send, deletions, ask_registrar)
         self._legacy = legacy_handlers
         self._leadership_checked_ms = 0
+        if group_snapshot is not None:  # the metrics endpoint's (metrics.enable)
+            GroupMetricsPublisher(group_snapshot, self.coordinator, self.offsets_topic, self.reads, timers)
         timers.every(GROUP_TICK_MS, self._group_tick)
         self._by_key = {  # every served API but ApiVersions: handler(connection, request header, body)
             ApiKey.PRODUCE: self.produce.handle,

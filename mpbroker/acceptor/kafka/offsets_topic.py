@@ -168,6 +168,12 @@ class OffsetsTopic:
         self.step(deadline=time.monotonic() + LOAD_BUDGET_S)
         return KafkaError.NONE if partition in self._loaded else KafkaError.COORDINATOR_LOAD_IN_PROGRESS
 
+    def loaded_here(self, group_id: str) -> bool:
+        """Whether this broker coordinates ``group_id`` with its commits loaded, asked
+        without side effects (no topic made, no load begun: ``status`` does those)."""
+        partition = self.partition_for(group_id)
+        return self._ensured and partition in self._loaded and self.leads(partition)
+
     def check_leadership(self) -> None:
         """Unload the partitions this broker no longer leads (a tick's check)."""
         if self.config.enable_zookeeper:
