@@ -99,8 +99,8 @@ def test_rdkafka_performance_summary_lines():
     assert rdkafka_perf.parse_consumed(consumed) == {"messages": 1000000, "bytes": 200000000, "seconds": 0.25}
     produced = ("% 1000 messages produced (200000 bytes), 1000 delivered (offset 209790, 0 failed) in 2ms: "
                 "500000 msgs/s and 100.00 MB/s, 0 produce failures, 0 in queue, no compression\n")
-    assert rdkafka_perf.parse_produced(produced) == {"messages": 1000, "bytes": 200000, "delivered": 1000,
-                                                     "failed": 0, "seconds": 0.002}
+    assert rdkafka_perf.parse_produced(produced) == {"messages": 1000, "produced": 1000, "bytes": 200000,
+                                                     "delivered": 1000, "failed": 0, "seconds": 0.002}
     with pytest.raises(ValueError):
         rdkafka_perf.parse_consumed("% Sending 1000 messages of size 200 bytes\n")
 
