@@ -1,7 +1,7 @@
-"""One consumer-group member for ``bench/group_bench.py``: joins GROUP on TOPIC with
+"""One consumer-group member for ``bench/zk_group_bench.py``: joins GROUP on TOPIC with
 one stream, consumes and discards, and on SIGTERM shuts down (commit, release, leave).
 
-    python -m bench.group_member ZK GROUP TOPIC BACKOFF_MS SESSION_MS
+    python -m bench.zk_group_member ZK GROUP TOPIC BACKOFF_MS SESSION_MS
 """
 
 import signal
