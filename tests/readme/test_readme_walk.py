@@ -71,7 +71,8 @@ def _stop(background, sig=signal.SIGTERM, timeout: float = 60) -> int:
     return background.wait(timeout)
 
 
-WALKED = ("quick-start", "kafka-clients", "kafka-clients-install", "kafka-clients-python", "clients-python",
+WALKED = ("quick-start", "kafka-clients", "kafka-clients-install", "kafka-clients-python", "kafka-clients-groups",
+          "clients-python",
           "console-tools", "groups", "mirror", "audit", "spark-load")
 
 
@@ -126,6 +127,11 @@ def _walk_kafka_clients(walk: Walk, blocks) -> None:
     walk.run(install, timeout=600)
     ran = walk.run(".venv/bin/python -", input=blocks["kafka-clients-python"].text, timeout=120)
     assert "b'o-1' b'{\"sku\": 42}' [('source', b'web')]" in ran.stdout, ran.stdout
+    split = re.search(r"^\[(\[[\d, ]*\]), (\[[\d, ]*\])\]$", ran.stdout, re.M)
+    assert split and split.group(1) != "[]" and split.group(2) != "[]", ran.stdout  # both readers hold partitions
+    (describe,) = blocks["kafka-clients-groups"].commands
+    described = walk.run(describe, timeout=60).stdout
+    assert "order-readers" in described and "orders" in described, described
 
 
 def _walk_clients(walk: Walk, blocks) -> None:
