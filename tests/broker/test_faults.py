@@ -9,6 +9,9 @@ import signal
 import pytest
 
 from mpbroker.codec.message_set import validate_message_set
+from mpbroker.records.scan import valid_batches_prefix
+from mpbroker.segments.naming import parse_partition_dir
+from mpbroker.segments.record_format import holds_record_batches
 
 from .load import AckedLoad, read_everything
 
@@ -18,14 +21,18 @@ def all_flushed(status) -> bool:
 
 
 def assert_logs_valid(log_dir: str) -> None:
+    """Every file of every partition directory holds whole, valid messages (record
+    batches in a partition marked ``record-batches``: modern topics, ``__consumer_offsets``)."""
     for name in os.listdir(log_dir):
         directory = os.path.join(log_dir, name)
-        if not os.path.isdir(directory):
-            continue
+        if not os.path.isdir(directory) or parse_partition_dir(name) is None:
+            continue  # (topic-configs/, checkpoints/)
+        record_batches = holds_record_batches(directory)
         for segment in sorted(os.listdir(directory)):
             with open(os.path.join(directory, segment), "rb") as f:
                 data = f.read()
-            assert validate_message_set(data).complete, f"{name}/{segment} holds invalid bytes"
+            valid = valid_batches_prefix(data) == len(data) if record_batches else validate_message_set(data).complete
+            assert valid, f"{name}/{segment} holds invalid bytes"
 
 
 @pytest.mark.slow

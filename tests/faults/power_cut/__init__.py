@@ -8,7 +8,7 @@ program is killed, the model (``model.py``) turns the tree into what a power cut
 that moment would leave, from a durable baseline (``durable.py``) moved forward by
 the logged events (``events.py``). ``rig.PowerCutRig`` ties it together for one tree.
 ``scratch_writer`` is the program the harness's own tests run; ``fire_and_forget``
-is load for the broker test.
+is load for the broker test, ``committer`` the committing group member of the commit test.
 
 Written here because nothing on PyPI or in Debian does this from user space: the
 known crash-consistency tools record writes below the file system (dm-log-writes,
