@@ -1,8 +1,8 @@
 """The supervisor: the one place where the broker's processes are made, watched and
 stopped (gunicorn's arbiter is the model). Lifecycle only: what it keeps beside it
 (the checks before a start, the listening sockets, readiness, the reload policy, the
-status, profiling) is in ``mpbroker.supervision``; what each child runs on is in
-``mpbroker.process``.
+control messages it only relays between children, the status, profiling) is in
+``mpbroker.supervision``; what each child runs on is in ``mpbroker.process``.
 
 It loads nothing itself but the configuration; before forking it makes everything
 the children share (the listening socket, the shared-memory rings and tables, the
@@ -60,8 +60,8 @@ from mpbroker.supervision.children import YOUNG_DEATH_S, Child, kill_overdue, ma
 from mpbroker.supervision.preflight import StartupError, start_step
 from mpbroker.supervision.profiling import profiled
 from mpbroker.supervision.readiness import Readiness
+from mpbroker.supervision.relay import TO_REGISTRAR, Relay
 from mpbroker.supervision.reload_policy import reload_config
-from mpbroker.supervision.role_book import RoleBook, chunks
 from mpbroker.supervision.status import RateSampler, broker_status
 
 log = logging.getLogger(__name__)
@@ -84,9 +84,7 @@ class Supervisor:
         self.readiness = None  # made once the port is known
         self.registrar_checked = False  # the registrar checked the broker id (or ZooKeeper was away)
         self.zk_state = None  # the registrar's last report
-        self.cluster = None  # the registrar's last view of the cluster, for the acceptor's Metadata
         self.scheduling = None  # the CPU scheduling policy the broker runs under, once it runs
-        self.roles = RoleBook(config.num_workers)  # replica roles, handed to the workers and the acceptor
         self.rates = RateSampler()
         self._accepting = False  # the first acceptor took connections
         self._watchdog = systemd.Watchdog()
@@ -106,6 +104,7 @@ class Supervisor:
             self.memory = SharedMemory(config.num_workers, config.ring_buffer_bytes,
                                        group_snapshot=config.metrics_enable and config.kafka_port >= 0)
             self.workers, self.acceptor, self.registrar, self.metrics = make_children(config)
+        self.relay = Relay(self.workers, self.acceptor, self.registrar)  # roles, cluster, deletions
         self.slots = self.memory.slots
         self.children = [child for child in (*self.workers, self.acceptor, self.registrar, self.metrics) if child]
         preflight.check_file_limit(config)
@@ -237,10 +236,10 @@ class Supervisor:
             if op == Op.READY:
                 self._on_ready(child)
             elif child is self.registrar:
-                self._on_registrar_message(op, message)
-            elif op in (Op.ISR_CHANGE, Op.CREATE_TOPIC, Op.DELETE_TOPICS, Op.LOCAL_DELETED):  # for ZooKeeper
-                if self.registrar is not None and self.registrar.alive:
-                    self.registrar.channel.send(op, **{k: v for k, v in message.items() if k != "op"})
+                if not self.relay.from_registrar(op, message):
+                    self._on_registrar_message(op, message)
+            elif op in TO_REGISTRAR:  # for ZooKeeper
+                self.relay.to_registrar(op, message)
             elif op == Op.WORKER_DOWN_ACK and child is self.acceptor:
                 worker = self.workers[message["slot"]]
                 if worker.awaiting_ack == message["generation"]:
@@ -248,25 +247,8 @@ class Supervisor:
                     worker.schedule_respawn()
 
     def _on_registrar_message(self, op: str, message: dict) -> None:
-        if op == Op.ROLES:
-            topics_changed, by_slot = self.roles.apply(message)
-            for worker in self.workers:  # every worker: each must know the message's number
-                if worker.ready:
-                    self._send_roles(worker, by_slot.get(worker.slot, []), "seq" in message)
-            if topics_changed and self.acceptor.ready:
-                self.acceptor.channel.send(Op.ROLES, topics=self.roles.topics)
-        elif op == Op.TOPIC_CONFIG:  # a topic's settings file changed: its logs' owners apply it
-            for worker in self.workers:
-                if worker.alive:  # one starting reads it when it opens its logs, or here once it listens
-                    worker.channel.send(Op.TOPIC_CONFIG, topic=message["topic"])
-        elif op == Op.CLUSTER:
-            self.cluster = {key: value for key, value in message.items() if key != "op"}
-            if self.acceptor.ready:
-                self.acceptor.channel.send(Op.CLUSTER, **self.cluster)
-        elif op in (Op.TOPICS_DELETED, Op.DELETE_LOCAL):  # a topic deletion's, for the acceptor
-            if self.acceptor.ready:
-                self.acceptor.channel.send(op, **{key: value for key, value in message.items() if key != "op"})
-        elif op == Op.ZK_STATE:
+        """What the registrar reports about itself (the rest it sends is relayed)."""
+        if op == Op.ZK_STATE:
             self.zk_state = {key: value for key, value in message.items() if key != "op"}
             self.readiness.registrar_reported(bool(self.zk_state.get("registered")))
         elif op == Op.CHECKED:
@@ -287,30 +269,17 @@ class Supervisor:
         if child.role in ("registrar", "metrics"):
             return
         if child.role == "acceptor":
-            if self.roles.known:
-                child.channel.send(Op.ROLES, topics=self.roles.topics)
-            if self.cluster is not None:
-                child.channel.send(Op.CLUSTER, **self.cluster)
+            self.relay.acceptor_ready()
             if not self._accepting:
                 self._accepting = True
                 self._on_first_accepting()
             return
         log.info("%s is up", child.name)
-        self._send_roles(child, self.roles.for_worker(child.slot), True)
+        self.relay.worker_ready(child)
         if self.acceptor.alive:
             self.acceptor.channel.send(Op.WORKER_UP, slot=child.slot)
         elif self.phase == RUNNING and self.acceptor.generation == 0 and all(w.ready for w in self.workers):
             self._spawn(self.acceptor)  # the first start: every worker has opened its logs
-
-    def _send_roles(self, worker: Child, entries: list, complete: bool) -> None:
-        """Hand a worker its replica roles; the last part carries the number of the
-        registrar's last complete message (the worker's leaders act only once applied)."""
-        parts = chunks(entries) or [[]]
-        for index, part in enumerate(parts):
-            fields = {"partitions": part}
-            if complete and index == len(parts) - 1:
-                fields["seq"] = self.roles.seq
-            worker.channel.send(Op.ROLES, **fields)
 
     def _on_first_accepting(self) -> None:
         if self.registrar is not None and self.registrar.alive and self.registrar_checked:

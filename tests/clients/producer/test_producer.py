@@ -626,7 +626,7 @@ def test_producer_reconnects_after_a_broker_restart(fixed_port_broker):
     [second] = producer.send("restart", b"after", key="k")
     assert second.partition == first.partition and second.offset == first.next_offset
     # the connection the restart closed was noticed and replaced
-    assert sum(connection.reconnects for _, connection in producer._connections.values()) >= 1
+    assert sum(connection.reconnects for _, connection in producer._brokers.connections.values()) >= 1
     assert read_partition(broker.port, "restart", first.partition) == [b"before", b"after"]
     producer.close()
 
