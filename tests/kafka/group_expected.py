@@ -146,6 +146,7 @@ EXPECTED = {'unknown_member': {'heartbeat': 25,
                    'leave, then heartbeat': ((0, [0]), 25),
                    'rejoin with the id after leaving': 25,
                    'commit of generation -1 into the group emptied': {('group-topic', 0): 0}},
+ 'describe_authorized_operations': {'asked': None, 'not asked': None},
  'rebalance_timeouts': {'the joiner alone in the next generation': (0, 2, True, 1),
                         'after the rebalance timeout': True,
                         'the member that did not rejoin': 25,
@@ -160,10 +161,15 @@ KAFKA_DIFFERENCES = {
         "bounded by socket.request.max.bytes (100 MiB) as in Kafka"),
     "pending_members": (
         "Kafka 4's coordinator rebalances a Stable group when a member id handed out with MEMBER_ID_REQUIRED, "
-        "never joined, leaves (any successful leave triggers maybePrepareRebalance); mpbroker, as Kafka 3's "
-        "coordinator did, only forgets the id: that member was never in the generation"),
+        "never joined, leaves (any successful leave triggers maybePrepareRebalanceOrCompleteJoin); mpbroker only "
+        "forgets the id (that member was never in the generation), as Kafka's older coordinator did"),
+    "describe_authorized_operations": (
+        "DescribeGroups v3+ asked for the authorized operations: Kafka (no authorizer: everything allowed) "
+        "answers the group's operations (READ, DELETE, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS as bits 3, "
+        "6, 8, 10, 11); mpbroker has no ACLs and leaves them out (-2147483648, None here)"),
 }
-KAFKA_ANSWERS = {'oversized_protocol_metadata': {'join': (79, 0),
+KAFKA_ANSWERS = {'describe_authorized_operations': {'asked': {3, 6, 8, 10, 11}, 'not asked': None},
+                 'oversized_protocol_metadata': {'join': (79, 0),
                                  'leader sees the metadata whole': True,
                                  'sync': (-1, 0),
                                  'heartbeat': 27,

@@ -403,5 +403,12 @@ def rebalance_timeouts(broker, group, topic):
         return answers
 
 
+def describe_authorized_operations(broker, group, topic):
+    with GroupWire(broker) as w:
+        w.stable_group(group)
+        return {"asked": w.describe(group, authorized_operations=True).authorized_operations,
+                "not asked": w.describe(group).authorized_operations}
+
+
 SCRIPTS += [old_versions, odd_commits, find_coordinator_keys, rebalance_phases, pending_members, misc_requests,
-            rebalance_timeouts]
+            rebalance_timeouts, describe_authorized_operations]

@@ -161,9 +161,9 @@ class GroupWire(Wire):
         return answer.error_code, {(t.name, p.partition_index): (p.committed_offset, p.metadata, p.error_code)
                                    for t in answer.topics for p in t.partitions}
 
-    def describe(self, group: str, version: int = 4):
+    def describe(self, group: str, version: int = 4, authorized_operations: bool = False):
         """The one DescribedGroup."""
-        request = DescribeGroupsRequest(groups=[group], include_authorized_operations=False)
+        request = DescribeGroupsRequest(groups=[group], include_authorized_operations=authorized_operations)
         [described] = self.call(15, version, bytes(request.encode(version=version)), DescribeGroupsResponse).groups
         return described
 
