@@ -410,5 +410,35 @@ def describe_authorized_operations(broker, group, topic):
                 "not asked": w.describe(group).authorized_operations}
 
 
-SCRIPTS += [old_versions, odd_commits, find_coordinator_keys, rebalance_phases, pending_members, misc_requests,
+def null_fields(broker, group, topic):
+    """Nulls (a length of -1) in fields the spec says are never null: the request is
+    refused (the connection closed) and the broker goes on."""
+    protocol = JoinGroupRequest.JoinGroupRequestProtocol
+    bodies = {
+        "JoinGroup, null metadata": (11, 3, JoinGroupRequest(
+            group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+            protocol_type="consumer", protocols=[protocol(name="range", metadata=None)])),
+        "JoinGroup, null group id": (11, 3, JoinGroupRequest(
+            group_id=None, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+            protocol_type="consumer", protocols=[protocol(name="range", metadata=b"")])),
+        "JoinGroup, null protocol name": (11, 3, JoinGroupRequest(
+            group_id=group, session_timeout_ms=10_000, rebalance_timeout_ms=10_000, member_id="",
+            protocol_type="consumer", protocols=[protocol(name=None, metadata=b"")])),
+        "SyncGroup, null assignment": (14, 3, SyncGroupRequest(
+            group_id=group, generation_id=1, member_id="m", group_instance_id=None,
+            assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id="m", assignment=None)])),
+        "OffsetFetch v1, null topics": (9, 1, OffsetFetchRequest(group_id=group, topics=None, require_stable=False,
+                                                                 groups=[])),
+    }
+    answers = {}
+    for name, (api_key, version, request) in bodies.items():
+        with GroupWire(broker) as w:
+            w.send(request_frame(api_key, version, 5, bytes(request.encode(version=version))))
+            answers[name] = "answered" if w.read_frame() is not None else "closed"
+    with GroupWire(broker) as w:
+        answers["then"] = w.join_as_new(group).generation_id
+    return answers
+
+
+SCRIPTS += [null_fields, old_versions, odd_commits, find_coordinator_keys, rebalance_phases, pending_members, misc_requests,
             rebalance_timeouts, describe_authorized_operations]

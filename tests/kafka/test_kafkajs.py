@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import time
 
-import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kafkajs_roundtrip.js")
