@@ -9,7 +9,7 @@
 //     rebalance waits group.initial.rebalance.delay.ms, 3 s by default), commits them,
 //     leaves; prints {"error": ...} or {"messages": [...]}.
 //   group COUNT: two consumers (default settings) in group TOPIC-group read until they
-//     have COUNT messages between them and each holds partitions (or 40 s passed), then
+//     have COUNT messages between them and each holds partitions of its own (or 40 s), then
 //     leave; prints {"error": ...} or {"members": [{"messages": [...], "assignment":
 //     {topic: [partitions]}}, ...]}.
 'use strict';
@@ -73,32 +73,42 @@ async function consume() {
 
 async function group(count) {
   const members = [0, 1].map(() => ({ consumer: kafka.consumer({ groupId: `${topic}-group` }), messages: [],
-    assignment: {} }));
+    assignment: {}, joins: [] }));
   let crashed = null;
   const total = () => members.reduce((sum, m) => sum + m.messages.length, 0);
   const held = (m) => Object.values(m.assignment).reduce((sum, ps) => sum + ps.length, 0);
+  // settled: each holds partitions, none held twice (a member's last GROUP_JOIN may be older)
+  const settled = () => members.every((m) => held(m) > 0) && new Set(members.flatMap((m) =>
+    Object.entries(m.assignment).flatMap(([t, ps]) => ps.map((p) => `${t}/${p}`)))).size ===
+    members.reduce((sum, m) => sum + held(m), 0);
   try {
     for (const m of members) {
       m.consumer.on(m.consumer.events.CRASH, (event) => {
         crashed = `${event.payload.error.name}: ${event.payload.error.message}`;
       });
-      m.consumer.on(m.consumer.events.GROUP_JOIN, (event) => { m.assignment = event.payload.memberAssignment; });
+      m.consumer.on(m.consumer.events.GROUP_JOIN, (event) => {
+        m.assignment = event.payload.memberAssignment;
+        m.joins.push(event.payload.memberAssignment);
+      });
       await m.consumer.connect();
       await m.consumer.subscribe({ topic, fromBeginning: true });
-      await m.consumer.run({ eachMessage: async ({ partition, message }) => {
-        m.messages.push([partition, message.value.toString()]);
-      } });
     }
-    for (let i = 0; i < 400 && crashed === null && !(total() >= count && members.every((m) => held(m) > 0)); i++) {
+    // Both started at once: both join the group's first rebalance (the broker's initial delay
+    // waits for the second), so neither reads everything alone first.
+    await Promise.all(members.map((m) => m.consumer.run({ eachMessage: async ({ partition, message }) => {
+      m.messages.push([partition, message.value.toString()]);
+    } })));
+    for (let i = 0; i < 400 && crashed === null && !(total() >= count && settled()); i++) {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     if (crashed !== null) return { error: crashed };
+    // What each read and held, taken before leaving (a leave rebalances the other).
+    return { members: members.map((m) => ({ messages: [...m.messages], assignment: m.assignment, joins: [...m.joins] })) };
   } catch (error) {
     return { error: `${error.name}: ${error.message}` };
   } finally {
     for (const m of members) await m.consumer.disconnect().catch(() => {});
   }
-  return { members: members.map((m) => ({ messages: m.messages, assignment: m.assignment })) };
 }
 
 const runs = { consume, produce, group: () => group(Number(process.argv[5])) };
