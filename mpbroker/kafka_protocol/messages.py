@@ -68,15 +68,51 @@ __all__ = ["REQUESTS", "decode_body", "encode_body", "ApiVersionsResponse", "Met
            "ListOffsetsResponse", "CreateTopicsResponse", "DeleteTopicsResponse"]
 
 
+# APIs whose requests are checked for nulls where the spec allows none (the group APIs:
+# their handlers take every string and bytes field as given). The hot paths are not.
+NULLS_CHECKED = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
+                           ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
+                           ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS})
+
+
 def decode_body(api_key: int, version: int, body):
     """The request body as kafka-python's message object; MalformedRequestError if the
-    bytes do not hold one of that version."""
+    bytes do not hold one of that version, or (the group APIs) hold a null where the
+    spec allows none: kafka-python reads a length of -1 as None whatever the field,
+    Kafka refuses the request ("non-nullable field ... was serialized as null")."""
     try:
-        return REQUESTS[api_key].decode(body, version=version)
+        request = REQUESTS[api_key].decode(body, version=version)
     except MalformedRequestError:
         raise
     except Exception as exc:  # the library raises ValueError, struct.error, IndexError, UnicodeDecodeError...
         raise MalformedRequestError(f"cannot decode {ApiKey(api_key).name} v{version}: {exc}") from exc
+    if api_key in NULLS_CHECKED:
+        null = _null_field(REQUESTS[api_key].fields, request, version)
+        if null is not None:
+            raise MalformedRequestError(f"{ApiKey(api_key).name} v{version}: the non-nullable field {null} is null")
+    return request
+
+
+def _null_field(fields: dict, data, version: int):
+    """The name of the first field of ``data`` (and of the structs in it) that is None
+    though not nullable in ``version``; None if there is none."""
+    for name, field in fields.items():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        value = getattr(data, name, None)
+        if value is None:
+            if not field.nullable_for_version_q(version):
+                return field._name
+        elif field.is_struct_array():
+            for item in value:
+                found = _null_field(field.fields, item, version)
+                if found is not None:
+                    return found
+        elif field.is_struct():
+            found = _null_field(field.fields, value, version)
+            if found is not None:
+                return found
+    return None
 
 
 def encode_body(response, version: int) -> bytes:

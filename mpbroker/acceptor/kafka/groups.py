@@ -75,11 +75,8 @@ class GroupHandlers:
         if key_type != GROUP_KEY:
             error, node, host, port = KafkaError.COORDINATOR_NOT_AVAILABLE, -1, "", -1
             message = "transactions are not supported here"
-        elif not request.key:
-            error, node, host, port = KafkaError.INVALID_GROUP_ID, -1, "", -1
-            message = "an empty group id"
-        else:
-            error, node, host, port = self._topic.coordinator(request.key)
+        else:  # (the empty group id is a group too, as in Kafka: OffsetCommit and OffsetFetch take it)
+            error, node, host, port = self._topic.coordinator(request.key or "")
             message = None
         respond(connection, request_header.correlation_id, ApiKey.FIND_COORDINATOR, version,
                 FindCoordinatorResponse[version](throttle_time_ms=0, error_code=error, error_message=message,

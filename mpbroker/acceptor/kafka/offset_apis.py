@@ -98,10 +98,12 @@ class OffsetApis:
         self._topic.write(connection, group_id, records, written)
 
     def _partition_error(self, topic: str, partition: int) -> int:
+        """UNKNOWN_TOPIC_OR_PARTITION for a partition that does not exist, an invalid
+        topic name included (Kafka's answer: it looks the partition up, nothing more)."""
         try:
             check_topic(topic)
         except (InvalidTopicError, TypeError):
-            return KafkaError.INVALID_TOPIC_EXCEPTION
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         if not self._metadata.topic_exists(topic) or not 0 <= partition < self._legacy.partition_count(topic):
             return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
         return KafkaError.NONE
