@@ -50,6 +50,24 @@ def parse_iso8601(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def parse_reset_time(text: str) -> int:
+    """The time an offset reset goes to (``--to-datetime``): ISO 8601 (``2024-05-01T12:00:00``,
+    ``...Z``, ``...+02:00``, a date alone; without a zone, this machine's local time), in
+    milliseconds since the epoch; ValueError for anything else or a time before 1970."""
+    try:
+        millis = parse_iso8601(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 date and time (e.g. 2024-05-01T12:00:00+00:00)") from None
+    if millis < 0:
+        raise ValueError(f"{text!r} is before 1970")
+    return millis
+
+
+def describe_reset_time(millis: int) -> str:
+    """How a reset's time is shown: local ISO 8601 and the milliseconds."""
+    return f"datetime {datetime.datetime.fromtimestamp(millis / 1000).astimezone().isoformat()} ({millis} ms)"
+
+
 def start_offset_for_time(consumer, topic: str, partition: int, time_ms: int) -> int:
     """Where to start reading ``topic``-``partition`` for messages written at or after
     ``time_ms`` (see the module docstring): the newest segment base OFFSETS gives, or

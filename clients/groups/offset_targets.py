@@ -24,10 +24,9 @@ Errors: TargetError (``kind`` "input" for an offset that cannot be used, "broker
 broker's error answer); BrokerUnavailableError/OSError when the broker does not answer.
 """
 
-from datetime import datetime
 from typing import NamedTuple
 
-from mpbroker.clients.consumer.offset_times import parse_iso8601, start_offset_for_time
+from mpbroker.clients.consumer.offset_times import describe_reset_time, parse_reset_time, start_offset_for_time
 from mpbroker.clients.consumer.simple_consumer import EARLIEST_TIME, LATEST_TIME
 from mpbroker.clients.core.errors import BrokerError, NotAMessageBoundaryError
 from mpbroker.codec.errors import InvalidMessageError, MPBrokerError
@@ -57,19 +56,12 @@ class Target(NamedTuple):
 
     @classmethod
     def parse_datetime(cls, text: str) -> "Target":
-        """ISO 8601 (``2024-05-01T12:00:00``, ``...Z``, ``...+02:00``, a date alone);
-        without a zone, this machine's local time."""
-        try:
-            millis = parse_iso8601(text)
-        except ValueError:
-            raise ValueError(f"{text!r} is not an ISO 8601 date and time (e.g. 2024-05-01T12:00:00+00:00)") from None
-        if millis < 0:
-            raise ValueError(f"{text!r} is before 1970")
-        return cls("datetime", millis)
+        """``offset_times.parse_reset_time``: ISO 8601, local time without a zone."""
+        return cls("datetime", parse_reset_time(text))
 
     def describe(self) -> str:
         if self.kind == "datetime":
-            return f"datetime {datetime.fromtimestamp(self.value / 1000).astimezone().isoformat()} ({self.value} ms)"
+            return describe_reset_time(self.value)
         if self.kind == "offset":
             return f"offset {self.value}"
         return self.kind

@@ -23,12 +23,11 @@ A partition's problem has a ``kind``: "input" (an offset the log cannot take, an
 partition) or "broker" (an error answer).
 """
 
-from datetime import datetime
 from typing import NamedTuple
 
 from kafka.protocol.consumer import OffsetSpec, OffsetTimestamp
 
-from mpbroker.clients.consumer.offset_times import parse_iso8601
+from mpbroker.clients.consumer.offset_times import describe_reset_time, parse_reset_time
 from mpbroker.clients.modern_groups.report import log_offsets
 
 _INPUT_ERRORS = ("UNKNOWN_TOPIC_OR_PARTITION", "INVALID_TOPIC_EXCEPTION")
@@ -50,19 +49,12 @@ class Target(NamedTuple):
 
     @classmethod
     def parse_datetime(cls, text: str) -> "Target":
-        """ISO 8601 (``2024-05-01T12:00:00``, ``...Z``, ``...+02:00``, a date alone);
-        without a zone, this machine's local time."""
-        try:
-            millis = parse_iso8601(text)
-        except ValueError:
-            raise ValueError(f"{text!r} is not an ISO 8601 date and time (e.g. 2024-05-01T12:00:00+00:00)") from None
-        if millis < 0:
-            raise ValueError(f"{text!r} is before 1970")
-        return cls("datetime", millis)
+        """``offset_times.parse_reset_time``: ISO 8601, local time without a zone."""
+        return cls("datetime", parse_reset_time(text))
 
     def describe(self) -> str:
         if self.kind == "datetime":
-            return f"datetime {datetime.fromtimestamp(self.value / 1000).astimezone().isoformat()} ({self.value} ms)"
+            return describe_reset_time(self.value)
         if self.kind == "offset":
             return f"offset {self.value}"
         if self.kind == "shift":

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 
+from mpbroker.testing import apache_kafka
 from mpbroker.testing.local_broker import LocalBroker
 
 _names = itertools.count()
@@ -31,3 +32,15 @@ def topic(request):
     """A topic name of this test's own (the broker creates it on first use)."""
     name = "".join(c if c.isalnum() else "-" for c in request.node.name)[:60].strip("-")
     return f"{name}-{next(_names)}"
+
+
+def require_apache_kafka() -> None:
+    """Skip the test, with the reason, unless Apache Kafka can run here: Java and Maven
+    present, and its jars fetched (cached under ~/.cache/mpbroker-apache-kafka)."""
+    why = apache_kafka.missing()
+    if why:
+        pytest.skip(f"Apache Kafka cannot run here: {why}")
+    try:
+        apache_kafka.fetch_jars()
+    except apache_kafka.MavenCentralUnreachable as e:
+        pytest.skip(f"Maven Central does not answer: {str(e)[:500]}")

@@ -28,7 +28,7 @@ from mpbroker.records.batch import pack_batch
 from mpbroker.records.crc import crc32c
 from mpbroker.testing import apache_kafka
 from mpbroker.testing.local_broker import LocalBroker
-from tests.kafka.conftest import TIMEOUT_S, assert_healthy
+from tests.kafka.conftest import TIMEOUT_S, assert_healthy, require_apache_kafka
 from tests.kafka.test_bad_input import record
 from tests.kafka.wire import BASE_TS, Wire, good_batch
 from tests.polling import wait_for
@@ -43,13 +43,7 @@ _serial = iter(range(10**6))
 
 @pytest.fixture(scope="module")
 def apache(tmp_path_factory):
-    why = apache_kafka.missing()
-    if why:
-        pytest.skip(f"Apache Kafka cannot run here: {why}")
-    try:
-        apache_kafka.fetch_jars()
-    except apache_kafka.MavenCentralUnreachable as e:
-        pytest.skip(f"Maven Central does not answer: {str(e)[:500]}")
+    require_apache_kafka()
     with apache_kafka.ApacheKafka(tmp_path_factory.mktemp("apache-kafka"), num_partitions=PARTITIONS) as kafka:
         yield kafka
 

@@ -6,19 +6,14 @@ import os
 import pytest
 
 from mpbroker.testing import apache_kafka
+from tests.kafka.conftest import require_apache_kafka
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
 def jars():
-    why = apache_kafka.missing()
-    if why:
-        pytest.skip(f"Apache Kafka cannot run here: {why}")
-    try:
-        apache_kafka.fetch_jars()
-    except apache_kafka.MavenCentralUnreachable as e:
-        pytest.skip(f"Maven Central does not answer: {str(e)[:500]}")
+    require_apache_kafka()
 
 
 def test_cluster_id_starting_with_a_dash_formats(jars, tmp_path):

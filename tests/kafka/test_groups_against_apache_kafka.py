@@ -16,7 +16,7 @@ import pytest
 from mpbroker.kafka_protocol.api import SUPPORTED
 from mpbroker.testing import apache_kafka
 from mpbroker.testing.local_broker import LocalBroker
-from tests.kafka.conftest import assert_healthy
+from tests.kafka.conftest import assert_healthy, require_apache_kafka
 from tests.kafka.group_expected import EXPECTED, KAFKA_ANSWERS, KAFKA_DIFFERENCES
 from tests.kafka.group_scenarios import PARTITIONS, SCRIPTS, TOPIC
 from tests.kafka.group_wire import GroupWire, wait_for_coordinator
@@ -30,13 +30,7 @@ GROUP_APIS = {8: "OffsetCommit", 9: "OffsetFetch", 10: "FindCoordinator", 11: "J
 
 @pytest.fixture(scope="module")
 def apache(tmp_path_factory):
-    why = apache_kafka.missing()
-    if why:
-        pytest.skip(f"Apache Kafka cannot run here: {why}")
-    try:
-        apache_kafka.fetch_jars()
-    except apache_kafka.MavenCentralUnreachable as e:
-        pytest.skip(f"Maven Central does not answer: {str(e)[:500]}")
+    require_apache_kafka()
     with apache_kafka.ApacheKafka(tmp_path_factory.mktemp("apache-kafka-groups"), num_partitions=PARTITIONS) as kafka:
         create_topic(kafka, TOPIC)
         wait_for_coordinator(kafka)
