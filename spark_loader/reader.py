@@ -43,6 +43,20 @@ class ReadStats(NamedTuple):
 def read_batches(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = None):
     """Yield pyarrow RecordBatches of ``part`` (a PartitionRange); append its ReadStats
     to ``stats`` when done."""
+    for message_set, count in read_range(part, fetch_size, stats):
+        yield pa.RecordBatch.from_arrays([
+            pa.array([part.broker_id] * count, pa.int32()),
+            pa.array([part.partition] * count, pa.int32()),
+            pa.array(message_set.offsets[:count], pa.int64()),
+            pa.array(message_set.payloads[:count], pa.binary()),
+        ], schema=SCHEMA)
+
+
+def read_range(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = None):
+    """Yield ``(message_set, count)`` for each fetch answer of ``part`` (a PartitionRange)
+    holding messages inside the range: its first ``count`` messages are the range's. The
+    loader's and the streaming source's batches are built from these. Appends the
+    ReadStats to ``stats`` when done."""
     offset = part.start
     messages = payload_bytes = 0
     if part.start < part.end:
@@ -50,26 +64,19 @@ def read_batches(part, fetch_size: int = 4 * 1024 * 1024, stats: list | None = N
         try:
             for message_set in message_sets:
                 payloads, next_offsets = message_set.payloads, message_set.next_offsets
+                count = len(payloads)
                 if next_offsets[-1] > part.end:
-                    keep = _count_before(next_offsets, part.end)
+                    count = _count_before(next_offsets, part.end)
                     # a compressed wrapper cut by the cap is left whole to the next load: the
                     # messages of a wrapper but its last report the wrapper's start (= their own)
-                    while keep and next_offsets[keep - 1] == (next_offsets[keep - 2] if keep > 1 else offset):
-                        keep -= 1
-                    payloads, next_offsets = payloads[:keep], next_offsets[:keep]
-                if payloads:
-                    starts = message_set.offsets[:len(payloads)]
-                    count = len(payloads)
-                    yield pa.RecordBatch.from_arrays([
-                        pa.array([part.broker_id] * count, pa.int32()),
-                        pa.array([part.partition] * count, pa.int32()),
-                        pa.array(starts, pa.int64()),
-                        pa.array(payloads, pa.binary()),
-                    ], schema=SCHEMA)
+                    while count and next_offsets[count - 1] == (next_offsets[count - 2] if count > 1 else offset):
+                        count -= 1
+                if count:
+                    yield message_set, count
                     messages += count
-                    payload_bytes += sum(map(len, payloads))
-                    offset = next_offsets[-1]
-                if offset >= part.end or len(payloads) < len(message_set.payloads):
+                    payload_bytes += sum(map(len, payloads[:count]))
+                    offset = next_offsets[count - 1]
+                if offset >= part.end or count < len(payloads):
                     break
         finally:
             message_sets.close()
