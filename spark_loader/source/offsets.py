@@ -13,6 +13,7 @@ the latest, as in Spark's Kafka source. Sans-IO.
 import json
 
 from mpbroker.clients.core.leaders import REPLICATED
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.spark_loader.plan import partition_node as node_name
 
@@ -74,7 +75,7 @@ def parse_offsets(text: str, option: str) -> dict:
     for topic, nodes in value.items():
         try:
             check_topic(topic)
-        except ValueError as exc:
+        except InvalidTopicError as exc:
             raise ValueError(f"mpbroker source: {option}: {exc}") from None
         if not isinstance(nodes, dict) or not nodes:
             raise ValueError(f"mpbroker source: {option}: the partitions of {topic!r} must be an object like "

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 
 from mpbroker.clients.core.brokers import parse_broker_list
+from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.spark_loader.source.offsets import EARLIEST, LATEST, parse_offsets
 
@@ -72,7 +73,8 @@ def parse_options(options, *, streaming: bool) -> SourceOptions:
                          + (f" (got {', '.join(named)})" if named else ""))
     topics, pattern, assign = (), "", ()
     if named == ["subscribe"]:
-        topics = tuple(dict.fromkeys(check_topic(t.strip()) for t in options["subscribe"].split(",") if t.strip()))
+        topics = tuple(dict.fromkeys(_topic(t.strip(), "subscribe") for t in options["subscribe"].split(",")
+                                     if t.strip()))
         if not topics:
             raise ValueError("mpbroker source: 'subscribe' names no topic")
     elif named == ["subscribepattern"]:
@@ -136,7 +138,7 @@ def _parse_assign(text: str) -> tuple:
                          f"{{\"topic\": [\"1-0\", \"2-0\"]}} (<broker>-<partition>), not {text!r}")
     assigned = []
     for topic, nodes in value.items():
-        check_topic(topic)
+        _topic(topic, "assign")
         for node in nodes:
             node = str(node)
             head, _, tail = node.partition("-")
@@ -145,6 +147,13 @@ def _parse_assign(text: str) -> tuple:
                                  "nor <broker>-<partition>")
             assigned.append((topic, node))
     return tuple(dict.fromkeys(assigned))
+
+
+def _topic(name: str, option: str) -> str:
+    try:
+        return check_topic(name)
+    except InvalidTopicError as exc:
+        raise ValueError(f"mpbroker source: {option!r}: {exc}") from None
 
 
 def _assign_json(assign: tuple) -> dict:

@@ -73,7 +73,7 @@ def _stop(background, sig=signal.SIGTERM, timeout: float = 60) -> int:
 
 WALKED = ("quick-start", "kafka-clients", "kafka-clients-install", "kafka-clients-python", "kafka-clients-groups",
           "clients-python",
-          "console-tools", "groups", "mirror", "audit", "spark-load")
+          "console-tools", "groups", "mirror", "audit", "spark-source", "spark-load")
 
 
 def test_the_readme_runs_as_written_from_a_fresh_clone(tmp_path):
@@ -208,6 +208,10 @@ def _walk_mirror_and_audit(walk: Walk, blocks, zookeeper, zk, tmp_path) -> None:
 def _walk_spark_load(walk: Walk, blocks) -> None:
     install, load = blocks["spark-load"].commands
     walk.run(install, timeout=900)
+    ran = walk.run(".venv/bin/python -", input=blocks["spark-source"].text, timeout=600)
+    assert re.search(r"^\|.*\|page-views *\|", ran.stdout, re.M), ran.stdout  # a row of the batch query's show()
+    counted = re.search(r"^(\d+) rows in ", ran.stdout, re.M)
+    assert counted and int(counted.group(1)) >= 4, ran.stdout
     loaded = walk.run(load, timeout=600)
     summary = json.loads(loaded.stdout[loaded.stdout.index("{"):])
     assert summary["messages"] >= 4, summary  # page-views from the console tools, clicks from the clients

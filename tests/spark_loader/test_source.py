@@ -5,16 +5,23 @@ taking only what came since); the records of modern clients with key, timestamp 
 headers; the options of Spark's Kafka source; and bad input refused with a clear error."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from mpbroker.spark_loader import register_source
 from mpbroker.spark_loader.source.offsets import DataLossError
+from tests.clients.helpers import wait_for
 from tests.clients.modern import produce_modern, records, wait_readable
 from tests.spark_loader.test_spark_loader import (
     HOST,
+    REPO,
     broker_list,
+    cli_env,
     earliest_offsets,
+    kill_group,
     log_ends,
     produce,
     spark,
@@ -169,3 +176,44 @@ def test_an_offset_inside_a_message_and_data_lost_to_retention_are_errors(spark,
     kept = [s for s in more if s.offset >= earliest]
     assert rows_of(spark.read.parquet(str(output))) == sent_rows(sent + kept)
     assert DataLossError.__name__ == "DataLossError"
+
+
+@pytest.mark.timeout(900)
+def test_a_driver_killed_mid_batch_and_run_again_leaves_every_message_exactly_once(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", brokerid=1, num_partitions=2)
+    sent = produce(broker_list(broker), "killed", 1200)
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    args = [brokers_option(broker), "killed", output, checkpoint]
+    driver = start_driver(*args, "--processing-time", "--max-bytes", 8000, log_path=tmp_path / "first.log")
+    try:
+        # Killed while a batch is planned (its end is in the checkpoint) but not committed.
+        wait_for(lambda: driver.poll() is None and batch_files(checkpoint / "commits") >= 1
+                 and batch_files(checkpoint / "offsets") > batch_files(checkpoint / "commits"), 300, 0.01,
+                 "a micro-batch in flight after a committed one")
+    finally:
+        kill_group(driver)
+    planned, committed = batch_files(checkpoint / "offsets"), batch_files(checkpoint / "commits")
+    assert planned > committed, (planned, committed)
+    more = produce(broker_list(broker), "killed", 200, first=1200)
+
+    rerun = subprocess.run(driver_command(*args, "--available-now"), capture_output=True, text=True, cwd=REPO,
+                           env=cli_env(), timeout=400)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert batch_files(checkpoint / "commits") > planned
+    frame = spark.read.parquet(str(output))  # through the sink's log: files of uncommitted attempts are not data
+    assert frame.count() == len(sent + more)
+    assert rows_of(frame) == sent_rows(sent + more)
+
+
+def batch_files(directory) -> int:
+    return sum(1 for name in os.listdir(directory) if name.isdigit()) if os.path.isdir(directory) else 0
+
+
+def driver_command(*args) -> list:
+    return [sys.executable, "-m", "tests.spark_loader.stream_driver", *map(str, args)]
+
+
+def start_driver(*args, log_path) -> subprocess.Popen:
+    with open(log_path, "w") as log:
+        return subprocess.Popen(driver_command(*args), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=cli_env(),
+                                start_new_session=True)
