@@ -27,6 +27,7 @@ from typing import NamedTuple
 from mpbroker.clients.consumer.leader_consumer import LeaderConsumer
 from mpbroker.clients.consumer.simple_consumer import SimpleConsumer
 from mpbroker.clients.core.brokers import parse_broker_list
+from mpbroker.clients.core.errors import BrokerUnavailableError
 from mpbroker.clients.core.leaders import REPLICATED, read_topic_leaders
 from mpbroker.clients.core.unknown_topics import UnknownTopicError
 from mpbroker.clients.core.zk_registry import read_brokers, read_topic_partitions, read_topics
@@ -74,12 +75,14 @@ class LoadSource(NamedTuple):
 
 
 def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist: str = "",
-             zk_timeout_ms: int = 6000, allow_missing_topics: bool = False, loaded_topics=()) -> LoadSource:
+             zk_timeout_ms: int = 6000, allow_missing_topics: bool = False, loaded_topics=(),
+             skip_unreachable: bool = False) -> LoadSource:
     """The brokers and the partitions of the topics to load. A named topic that does
     not exist raises UnknownTopicError (suggesting close names among the registered
     topics and ``loaded_topics``, those this output holds) unless
     ``allow_missing_topics``; ZooKeeperUnavailable or BrokerUnavailableError when the
-    source cannot be reached."""
+    source cannot be reached. ``skip_unreachable``: a listed broker that cannot be
+    reached is logged and its partitions left out (unless no broker can be reached)."""
     topics = list(dict.fromkeys(check_topic(topic) for topic in topics))  # a topic named twice is read once
     if zookeeper:
         client = start_client(zookeeper, 6000, zk_timeout_ms, create_chroot=False)  # a reader creates nothing
@@ -119,13 +122,22 @@ def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist
     brokers = {broker.id: (broker.host, broker.port) for broker in parse_broker_list(broker_list)}
     partitions = []
     holds_messages = dict.fromkeys(topics, False)
+    unreachable = []
     for broker_id, (host, port) in sorted(brokers.items()):
-        with SimpleConsumer(host, port, connect_timeout_ms=zk_timeout_ms) as consumer:
-            for topic in topics:
-                count = consumer.partition_count(topic)
-                partitions.extend((topic, broker_id, p) for p in range(count))
-                if not holds_messages[topic]:
-                    holds_messages[topic] = any(consumer.latest_offset(topic, p) > 0 for p in range(count))
+        try:
+            with SimpleConsumer(host, port, connect_timeout_ms=zk_timeout_ms) as consumer:
+                for topic in topics:
+                    count = consumer.partition_count(topic)
+                    partitions.extend((topic, broker_id, p) for p in range(count))
+                    if not holds_messages[topic]:
+                        holds_messages[topic] = any(consumer.latest_offset(topic, p) > 0 for p in range(count))
+        except BrokerUnavailableError as exc:
+            if not skip_unreachable or len(unreachable) + 1 == len(brokers):
+                raise
+            unreachable.append(broker_id)
+            partitions = [p for p in partitions if p[1] != broker_id]
+            log.warning("broker %d (%s:%d) cannot be reached (%s): its partitions are left out for now",
+                        broker_id, host, port, exc)
     missing = [topic for topic, held in holds_messages.items() if not held]
     if missing:
         _missing_topics(missing, f"no broker of --broker-list {broker_list} holds a message of it (the 0.7 "

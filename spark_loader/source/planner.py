@@ -56,8 +56,7 @@ class Planner:
         options = self.options
         topics = options.topics or tuple(dict.fromkeys(topic for topic, _ in options.assign))
         source = discover(broker_list=options.brokers, zookeeper=options.zookeeper, topics=topics,
-                          whitelist=options.pattern,
-                          zk_timeout_ms=options.zk_timeout_ms)
+                          whitelist=options.pattern, zk_timeout_ms=options.zk_timeout_ms, skip_unreachable=True)
         if not options.assign:
             return source
         found = {(topic, node_name(broker_id, partition)) for topic, broker_id, partition in source.partitions}
@@ -225,9 +224,9 @@ class Planner:
         for key, (first, last) in sorted(todo.items()):
             part = ends.get(key)
             if part is None:
-                raise DataLossError(f"mpbroker source: {key[0]}/{key[1]} is no longer found (its broker is not "
-                                    f"registered, or the topic was deleted); offsets {first}..{last} of it cannot be "
-                                    "read now")
+                raise RuntimeError(f"mpbroker source: {key[0]}/{key[1]} cannot be found now (its broker is down or "
+                                   f"not registered, or the topic was deleted): offsets {first}..{last} of it, "
+                                   "planned before, cannot be read; the query can be restarted once it is back")
             ranges.append(part._replace(start=first, end=last))
         if self.options.min_partitions > len(ranges):
             ranges = self._split(ranges, self.options.min_partitions)

@@ -217,3 +217,21 @@ def start_driver(*args, log_path) -> subprocess.Popen:
     with open(log_path, "w") as log:
         return subprocess.Popen(driver_command(*args), stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=cli_env(),
                                 start_new_session=True)
+
+
+def test_a_broker_that_is_down_keeps_its_offsets_until_it_is_back(spark, broker_factory, tmp_path):
+    one = broker_factory("b1", brokerid=1, num_partitions=1)
+    two = broker_factory("b2", brokerid=2, num_partitions=1)
+    sent = produce(broker_list(one, two), "spread", 100)
+    output, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    stream_to_parquet(spark, output, checkpoint, brokers=brokers_option(one, two), subscribe="spread")
+    two.stop()
+    more = produce(broker_list(one), "spread", 40, first=100)
+    stream_to_parquet(spark, output, checkpoint, brokers=f"{brokers_option(one)},2:{HOST}:{two.port}",
+                      subscribe="spread")  # broker 2 unreachable: broker 1's news only, no error
+    assert rows_of(spark.read.parquet(str(output))) == sent_rows(sent + more)
+    two.start()  # on another port; its partitions are known by broker id
+    later = produce(broker_list(two), "spread", 30, first=140)
+    stream_to_parquet(spark, output, checkpoint, brokers=brokers_option(one, two), subscribe="spread")
+    assert spark.read.parquet(str(output)).count() == len(sent + more + later)
+    assert rows_of(spark.read.parquet(str(output))) == sent_rows(sent + more + later)
