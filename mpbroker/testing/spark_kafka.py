@@ -135,10 +135,10 @@ def _fetch(version: str, timeout: float) -> None:
             staged = _copy_dependencies(connector, work, timeout)
             if staged is None:
                 raise SparkKafkaError(f"Maven Central lists {coordinate(connector)} but mvn could not find it")
-        shipped = {_artifact(name) for name in os.listdir(_pyspark_jars())}
+        shipped = {artifact_name(name) for name in os.listdir(pyspark_jars_dir())}
         kept, left_out = [], []
         for name in sorted(os.listdir(staged)):
-            (left_out if _artifact(name) in shipped else kept).append(name)
+            (left_out if artifact_name(name) in shipped else kept).append(name)
         for name in left_out:
             os.remove(os.path.join(staged, name))
         shutil.rmtree(jars_dir(version), ignore_errors=True)
@@ -209,10 +209,12 @@ def _release(version: str) -> tuple:
     return tuple(int(part) for part in match.groups()) if match else ()
 
 
-def _artifact(jar_name: str) -> str:
+def artifact_name(jar_name: str) -> str:
+    """The artifact a jar file is of (``kafka-clients-3.9.2.jar``: ``kafka-clients``)."""
     match = _JAR_NAME.match(jar_name)
     return match.group("artifact") if match else jar_name
 
 
-def _pyspark_jars() -> str:
+def pyspark_jars_dir() -> str:
+    """The jars pyspark ships (its JVM's class path)."""
     return os.path.join(importlib.util.find_spec("pyspark").submodule_search_locations[0], "jars")

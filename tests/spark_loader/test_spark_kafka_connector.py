@@ -27,7 +27,9 @@ Skipped, with the reason, only where the connector cannot be had: no pyspark, Ja
 (and nothing in the cache), or Maven Central out of reach.
 """
 
+import os
 import time
+import warnings
 
 import pyarrow.dataset as ds
 import pytest
@@ -51,9 +53,14 @@ def jars():
     if why:
         pytest.skip(f"Spark's Kafka connector cannot be fetched here: {why}")
     try:
-        return spark_kafka.fetch_jars()
+        jars = spark_kafka.fetch_jars()
     except spark_kafka.MavenCentralUnreachable as e:
         pytest.skip(f"Maven Central does not answer: {str(e)[:500]}")
+    spark, connector = spark_kafka.spark_version(), spark_kafka.connector_version()
+    if connector != spark:
+        warnings.warn(f"Maven Central has no {spark_kafka.coordinate(spark)}: Spark {spark} runs the newest "
+                      f"connector it has, {connector}, in this test")
+    return jars
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +135,16 @@ def has_gaps(expected: set) -> bool:
         if offsets[-1] - offsets[0] + 1 != len(offsets):
             return True
     return False
+
+
+def test_the_jars_are_the_connector_and_only_what_pyspark_does_not_ship(jars):
+    """Two versions of one class on a class path (scala-library, hadoop-client, spark-tags)
+    would make Spark fail in ways far from their cause."""
+    kept = {spark_kafka.artifact_name(os.path.basename(jar)) for jar in jars}
+    shipped = {spark_kafka.artifact_name(name) for name in os.listdir(spark_kafka.pyspark_jars_dir())}
+    assert {spark_kafka.CONNECTOR, "kafka-clients"} <= kept and not kept & shipped
+    assert "scala-library" in {spark_kafka.artifact_name(name) for name in spark_kafka.fetch_record()["left_out"]}
+    assert spark_kafka.connector_version().split(".")[0] == spark_kafka.spark_version().split(".")[0]
 
 
 def test_a_batch_read_gives_every_record_once_with_its_offset_key_timestamp_and_headers(spark, broker):
