@@ -14,10 +14,11 @@ kafka-clients, commons-pool2): a second scala-library, hadoop-client or spark-ta
 pyspark's own would be two versions of one class on the class path.
 
 The connector of the installed Spark version is fetched when Maven Central has it. When it
-does not (a Spark release whose connector is not published there, or not yet), the newest
-release of the same major version that Central has is fetched instead, and
-``connector_version()`` says which one: its Kafka client is what speaks to the broker, and
-the source's API has stayed the same within a major version.
+does not (pyspark 4.3.0's connector was not there when this was written: Central listed
+spark-core 4.3.0 but spark-sql-kafka-0-10 only up to 4.2.0), the newest release of the same
+major version that Central has is fetched instead, and ``connector_version()`` says which
+(the 4.2.0 connector runs on Spark 4.3.0: the test passes with it). The cache keeps what
+was fetched; delete ``~/.cache/mpbroker-spark-kafka/<spark version>`` to fetch again.
 """
 
 import fcntl
