@@ -33,9 +33,11 @@ CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "mpbroker-apache-ka
 # The broker logs through slf4j 1.7 (the kafka_2.13 pom leaves the binding to the
 # distribution): log4j's binding is fetched beside it so that its log is not empty.
 LOG4J_VERSION = "2.25.5"
-# What mvn prints when Maven Central is out of reach (spark_kafka's fetch reads it too).
+# What mvn prints when Maven Central is out of reach (spark_kafka's fetch reads it too); with
+# an empty ~/.m2 it cannot even get its dependency plugin ("No plugin found for prefix").
 NETWORK_FAILURES = ("Could not transfer", "UnknownHost", "Unknown host", "Connection refused", "Connect timed out",
-                    "Network is unreachable", "No route to host", "connect timed out", "Remote host terminated")
+                    "Network is unreachable", "No route to host", "connect timed out", "Remote host terminated",
+                    "No plugin found for prefix")
 
 
 class ApacheKafkaError(RuntimeError):
