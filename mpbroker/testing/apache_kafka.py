@@ -33,8 +33,11 @@ CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "mpbroker-apache-ka
 # The broker logs through slf4j 1.7 (the kafka_2.13 pom leaves the binding to the
 # distribution): log4j's binding is fetched beside it so that its log is not empty.
 LOG4J_VERSION = "2.25.5"
-_NETWORK_FAILURES = ("Could not transfer", "UnknownHost", "Unknown host", "Connection refused", "Connect timed out",
-                     "Network is unreachable", "No route to host", "connect timed out", "Remote host terminated")
+# What mvn prints when Maven Central is out of reach (spark_kafka's fetch reads it too); with
+# an empty ~/.m2 it cannot even get its dependency plugin ("No plugin found for prefix").
+NETWORK_FAILURES = ("Could not transfer", "UnknownHost", "Unknown host", "Connection refused", "Connect timed out",
+                    "Network is unreachable", "No route to host", "connect timed out", "Remote host terminated",
+                    "No plugin found for prefix")
 
 
 class ApacheKafkaError(RuntimeError):
@@ -118,7 +121,7 @@ def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
                 raise MavenCentralUnreachable(f"mvn did not finish fetching Kafka {version} in {timeout}s") from e
             output = run.stdout + run.stderr
             if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"kafka_2.13-{version}.jar")):
-                kind = MavenCentralUnreachable if any(s in output for s in _NETWORK_FAILURES) else ApacheKafkaError
+                kind = MavenCentralUnreachable if any(s in output for s in NETWORK_FAILURES) else ApacheKafkaError
                 raise kind(f"mvn could not fetch org.apache.kafka:kafka_2.13:{version} "
                            f"(exit {run.returncode}):\n{output[-4000:]}")
             shutil.rmtree(lib_dir(version), ignore_errors=True)
