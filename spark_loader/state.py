@@ -26,6 +26,17 @@ from mpbroker.segments.durability import replace_file, sync_directory
 STATE_DIR = "_mpbroker"
 
 
+def source_starting_offsets(output_dir: str) -> str:
+    """The committed offsets of the loads into ``output_dir`` as the ``startingOffsets``
+    JSON of the ``mpbroker`` Spark source (``{topic: {node: offset}}``: the same node
+    names), for a streaming query that takes over where the loader stopped."""
+    offsets = {}
+    for key, offset in sorted(LoaderState(output_dir).read()["offsets"].items()):
+        topic, _, node = key.rpartition("/")
+        offsets.setdefault(topic, {})[node] = offset
+    return json.dumps(offsets)
+
+
 class LoadLockedError(Exception):
     """Another load holds the lock."""
 

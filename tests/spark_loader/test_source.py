@@ -13,6 +13,7 @@ import pytest
 
 from mpbroker.spark_loader import register_source
 from mpbroker.spark_loader.source.offsets import DataLossError
+from mpbroker.spark_loader.state import source_starting_offsets
 from tests.clients.helpers import wait_for
 from tests.clients.modern import produce_modern, records, wait_readable
 from tests.spark_loader.test_spark_loader import (
@@ -22,6 +23,7 @@ from tests.spark_loader.test_spark_loader import (
     cli_env,
     earliest_offsets,
     kill_group,
+    load,
     log_ends,
     produce,
     spark,
@@ -170,12 +172,12 @@ def test_an_offset_inside_a_message_and_data_lost_to_retention_are_errors(spark,
     options["brokers"] = brokers_option(broker)
     earliest = earliest_offsets(broker.port, "gone", 1)[0]
     assert earliest > max(s.offset for s in sent)
-    with pytest.raises(Exception, match="no longer in the log.*failOnDataLoss=false"):
+    with pytest.raises(Exception, match=f"{DataLossError.__name__}: mpbroker source: offset .* of gone/1-0 is no longer in "
+                                        "the log.*failOnDataLoss=false"):
         stream_to_parquet(spark, output, checkpoint, **options)
     stream_to_parquet(spark, output, checkpoint, failOnDataLoss="false", **options)
     kept = [s for s in more if s.offset >= earliest]
     assert rows_of(spark.read.parquet(str(output))) == sent_rows(sent + kept)
-    assert DataLossError.__name__ == "DataLossError"
 
 
 @pytest.mark.timeout(900)
@@ -235,3 +237,15 @@ def test_a_broker_that_is_down_keeps_its_offsets_until_it_is_back(spark, broker_
     stream_to_parquet(spark, output, checkpoint, brokers=brokers_option(one, two), subscribe="spread")
     assert spark.read.parquet(str(output)).count() == len(sent + more + later)
     assert rows_of(spark.read.parquet(str(output))) == sent_rows(sent + more + later)
+
+
+def test_a_streaming_query_takes_over_where_the_loader_stopped(spark, broker_factory, tmp_path):
+    broker = broker_factory("b1", brokerid=1, num_partitions=2)
+    loaded = produce(broker_list(broker), "handover", 120)
+    load(spark, tmp_path / "loaded", broker_list(broker), ["handover"])
+    news = produce(broker_list(broker), "handover", 40, first=120)
+    output = tmp_path / "out"
+    stream_to_parquet(spark, output, tmp_path / "checkpoint", brokers=brokers_option(broker), subscribe="handover",
+                      startingOffsets=source_starting_offsets(str(tmp_path / "loaded")))
+    assert rows_of(spark.read.parquet(str(output))) == sent_rows(news)
+    assert loaded and spark.read.parquet(str(output)).count() == len(news)
