@@ -49,6 +49,7 @@ class Planner:
     def __init__(self, options):
         self.options = options
         self._leaders = None  # a LeaderConsumer, for replicated topics (ZooKeeper only)
+        self._assign_checked = False  # assign's partitions exist (checked once: later, a broker may be down)
 
     # --- discovery and log ends ---------------------------------------------------
 
@@ -61,11 +62,12 @@ class Planner:
             return source
         found = {(topic, node_name(broker_id, partition)) for topic, broker_id, partition in source.partitions}
         missing = [f"{topic}/{node}" for topic, node in options.assign if (topic, node) not in found]
-        if missing:
+        if missing and not self._assign_checked:
             known = ", ".join(sorted(f"{t}/{n}" for t, n in found)) or "none"
             raise ValueError(f"mpbroker source: assign names partitions that do not exist: {', '.join(missing)} "
                              f"(known: {known}; a 0.7 topic's partitions are <broker>-<partition>, a replicated "
                              "topic's <partition>)")
+        self._assign_checked = True
         wanted = set(options.assign)
         return source._replace(partitions=[p for p in source.partitions
                                            if (p[0], node_name(p[1], p[2])) in wanted])
