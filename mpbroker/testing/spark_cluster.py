@@ -10,10 +10,11 @@ Everything listens on 127.0.0.1 (``SPARK_LOCAL_IP``), on ports free when it star
 master's REST submission server (a fixed port, 6066) is off. Each daemon has its own
 directory under ``directory`` (``master/``, ``worker-1/``, ...): its log (``*.log``), the
 worker's ``work/`` (an executor's ``stdout``/``stderr`` under ``work/<app id>/<n>/``) and
-``local/`` (Spark's scratch space). The executors' Python is this interpreter (``python``,
-default ``sys.executable``: the venv that has mpbroker installed), through
-``PYSPARK_PYTHON`` in the workers' environment; the driver must name it too
-(``mpbroker.cli.spark_load.spark_session`` does for ``spark://`` masters).
+``local/`` (Spark's scratch space). The executors run the Python the driver names: PySpark
+sends the driver's ``PYSPARK_PYTHON`` with every task, and ``mpbroker.cli.spark_load.
+spark_session`` sets it to the command's interpreter for ``spark://`` masters. The workers
+get ``PYSPARK_PYTHON=python`` (default ``sys.executable``, the venv that has mpbroker
+installed) as well, for whatever reads it there.
 
 Ready once the master's JSON (``http://127.0.0.1:<web UI>/json/``) lists every worker
 ALIVE. On exit every daemon's process group gets SIGTERM, then SIGKILL; then so does every
@@ -41,7 +42,8 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 MARK_ENV = "MPBROKER_SPARK_CLUSTER"  # <cluster>/<daemon>: finds every process a daemon started
 # For short-lived test JVMs (``env={"JAVA_TOOL_OPTIONS": QUICK_JVM_OPTIONS}``, which the
 # executors inherit from their worker): the C1 compiler only and the serial collector.
-# Measured on 2 busy cores: a whole small load's JVM CPU time falls from 17 s to 9.5 s.
+# Measured on 2 busy cores: the JVM CPU time of a whole small load (``local[2]``) falls
+# from 17 s to 9.5 s.
 QUICK_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
