@@ -39,7 +39,7 @@ from tests.spark_loader.test_spark_loader import (
     wait_registered,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 APP_NAME = "mpbroker-spark-load"
 TOPICS = ("page-views", "clicks")  # the README's
