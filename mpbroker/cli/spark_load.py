@@ -11,8 +11,10 @@ seconds. A ``--topic`` that does not exist is refused (exit 2, with the closest 
 names) unless ``--allow-missing-topics`` says that waiting for it is intended; a
 ``--whitelist`` that matches nothing yet is not an error (a warning; nothing loaded).
 
-Without ``--master`` it runs on ``local[2]`` (or what ``spark-submit`` set). On a
-cluster: ``python -m mpbroker.cli.spark_package mpbroker.zip`` then ``spark-submit --master
+Without ``--master`` it runs on ``local[2]`` (or what ``spark-submit`` set); ``--master
+spark://HOST:7077`` runs it on a standalone cluster whose executors run this venv's Python
+(the same path on each worker machine, or ``PYSPARK_PYTHON``). On YARN or another
+cluster manager: ``python -m mpbroker.cli.spark_package mpbroker.zip`` then ``spark-submit --master
 yarn --py-files mpbroker.zip mpbroker/cli/spark_load.py --zookeeper ... --output DIR`` (see
 ``mpbroker.cli.spark_package``). The summary is printed as JSON and kept in
 ``DIR/_mpbroker/loads/``. Exit codes: 0 loaded (or nothing new); 1 the load failed
@@ -43,7 +45,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--whitelist", default="", metavar="REGEX",
                         help="every topic it matches (--zookeeper); matching none yet is no error")
     parser.add_argument("--output", required=True, help="the Parquet directory (state in DIR/_mpbroker)")
-    parser.add_argument("--master", help="Spark master URL (default local[2], or spark-submit's)")
+    parser.add_argument("--master", help="Spark master URL, e.g. local[4] or spark://HOST:7077 "
+                                          "(default local[2], or spark-submit's)")
     parser.add_argument("--max-bytes-per-partition", type=int, default=0,
                         help="read at most this many bytes of log per partition in this load (0: all)")
     parser.add_argument("--fetch-size", type=int, default=4 * 1024 * 1024, help="bytes per fetch request")
@@ -56,8 +59,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def spark_session(master: str | None, name: str = PROG):
-    """A SparkSession for the load; local masters run the Python workers on this
-    interpreter (the venv that has mpbroker installed)."""
+    """A SparkSession for the load. Started from this command (not ``spark-submit``),
+    a local master or a standalone one (``spark://``) runs the Python workers on this
+    interpreter, the venv that has mpbroker installed (unless ``PYSPARK_PYTHON`` names
+    another): a standalone cluster's executors need that path on their machines."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(name)
@@ -66,8 +71,10 @@ def spark_session(master: str | None, name: str = PROG):
         builder = builder.master(master)
     elif not submitted:
         builder = builder.master("local[2]")
-    if not submitted and (not master or master.startswith("local")):
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if not submitted and (not master or master.startswith(("local", "spark://"))):
+        # the executors take the driver's PYSPARK_PYTHON (read when the context starts)
+        python = os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        builder = builder.config("spark.pyspark.python", python)
     return (builder.config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")  # a progress bar is noise in the cron job's log
             .config("spark.sql.sources.partitionOverwriteMode", "static")
