@@ -7,17 +7,25 @@ A test that stops or restarts ZooKeeper takes its own server from ``zookeeper_fa
 ``broker_factory`` runs ``mpbroker serve`` process trees (``tests/broker/harness.py``),
 closed at the end of the test; ``broker`` is one of them; ``fixed_port_broker`` one on a
 fixed port (a restarted broker with ``port=0`` would come back on another port).
+
+Every Spark driver the tests start (in this process or in a command they run) is a
+short-lived JVM: ``SPARK_SUBMIT_OPTS`` (read only by Spark's launcher) runs it with the
+C1 compiler alone and the serial collector, which halves the CPU a small load's JVM takes
+(``mpbroker.testing.spark_cluster.QUICK_JVM_OPTIONS``).
 """
 
 import itertools
+import os
 
 import pytest
 
 from mpbroker.registry.zk_client import close_client, start_client
 from mpbroker.testing.local_zookeeper import ZooKeeperServer, free_port
+from mpbroker.testing.spark_cluster import QUICK_JVM_OPTIONS
 from tests.broker.harness import BrokerProcess
 
 _chroots = itertools.count()
+os.environ.setdefault("SPARK_SUBMIT_OPTS", QUICK_JVM_OPTIONS)
 
 
 @pytest.fixture(scope="session")
