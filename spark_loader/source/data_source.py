@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from mpbroker.spark_loader.source.offsets import flatten, nest, normalized
-from mpbroker.spark_loader.source.options import parse_options
+from mpbroker.spark_loader.source.options import includes_headers, parse_options
 from mpbroker.spark_loader.source.partition_reader import read_partition, spark_schema
 from mpbroker.spark_loader.source.planner import Planner
 
@@ -148,7 +148,8 @@ class MPBrokerStreamReader(_PlannedReader, DataSourceStreamReader, SupportsTrigg
         return self._partitions(normalized(start), normalized(end))
 
     def commit(self, end: dict) -> None:
-        pass
+        """Nothing to do: the offsets live in Spark's checkpoint, and the broker keeps
+        data by retention, not by what readers committed."""
 
     def stop(self) -> None:
         if self._planner is not None:
@@ -163,7 +164,7 @@ class MPBrokerSource(DataSource):
         return NAME
 
     def schema(self):
-        return spark_schema(parse_options(self.options, streaming=False).include_headers)
+        return spark_schema(includes_headers(self.options))
 
     def reader(self, schema):
         return MPBrokerBatchReader(parse_options(self.options, streaming=False))

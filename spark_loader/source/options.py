@@ -117,6 +117,12 @@ def parse_options(options, *, streaming: bool) -> SourceOptions:
     )
 
 
+def includes_headers(options) -> bool:
+    """Only ``includeHeaders``: what the schema depends on (Spark asks for the schema
+    before it knows whether the query streams)."""
+    return _boolean({str(k).lower(): str(v) for k, v in dict(options).items()}, "includeheaders", False)
+
+
 def _offsets_option(options: dict, name: str, default: str):
     text = options.get(name, default).strip()
     if text.lower() == EARLIEST_NAME:

@@ -249,3 +249,11 @@ def test_a_streaming_query_takes_over_where_the_loader_stopped(spark, broker_fac
                       startingOffsets=source_starting_offsets(str(tmp_path / "loaded")))
     assert rows_of(spark.read.parquet(str(output))) == sent_rows(news)
     assert loaded and spark.read.parquet(str(output)).count() == len(news)
+
+    # startingOffsets latest: a new query reads only what comes after its start.
+    output, checkpoint = tmp_path / "latest", tmp_path / "latest-checkpoint"
+    options = {"brokers": brokers_option(broker), "subscribe": "handover", "startingOffsets": "latest"}
+    assert sum(p["numInputRows"] for p in stream_to_parquet(spark, output, checkpoint, **options)) == 0
+    after = produce(broker_list(broker), "handover", 25, first=160)
+    stream_to_parquet(spark, output, checkpoint, **options)
+    assert rows_of(spark.read.parquet(str(output))) == sent_rows(after)
