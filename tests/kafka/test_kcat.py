@@ -21,8 +21,8 @@ def kcat(broker, *args, input_text=None):
     return run.stdout
 
 
-def consume(broker, topic, partition):
-    out = kcat(broker, "-C", "-t", topic, "-p", str(partition), "-e", "-f", "%k %s %h %o\n")
+def consume(broker, topic, partition, *options):
+    out = kcat(broker, *options, "-C", "-t", topic, "-p", str(partition), "-e", "-f", "%k %s %h %o\n")
     return [line.split(" ") for line in out.splitlines()]
 
 
