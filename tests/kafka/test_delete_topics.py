@@ -37,14 +37,8 @@ from tests.kafka.wire import Wire, good_batch, produce_body, request_frame
 NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, INVALID_TOPIC_EXCEPTION = 0, 3, 7, 17
 
 
-# kcat as a reader here (it is tested at its defaults in test_kcat.py): a fetch that finds the
-# partition's end answers within 20 ms, not librdkafka's 500 ms (fetch.wait.max.ms), and no
-# second metadata round, so that reading a partition to its end takes ms, not half a second.
-QUICK_END = ["-X", "fetch.wait.max.ms=20", "-X", "topic.metadata.refresh.interval.ms=-1"]
-
-
 def consume(broker, topic: str, partition: int) -> list:
-    return test_kcat.consume(broker, topic, partition, *QUICK_END)
+    return test_kcat.consume(broker, topic, partition, *test_kcat.QUICK_END)
 
 
 def partition_dirs(broker, topic: str) -> list:
