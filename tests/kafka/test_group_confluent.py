@@ -99,10 +99,7 @@ def read_all(members, sent_so_far: int):
 
 def test_cooperative_sticky_members_join_and_leave_one_by_one(broker, topic, made):
     group = f"{topic}-g"
-    # Heartbeats every 300 ms, not librdkafka's 3 s: a member hears of each of the five
-    # rebalances (two rounds each, incremental) at its next heartbeat.
-    config = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10000,
-              "heartbeat.interval.ms": 300}
+    config = {"partition.assignment.strategy": "cooperative-sticky", "session.timeout.ms": 10000}
     sent = produce(broker, topic, 80, prefix="phase-0")
     members = []
     for n in range(3):  # joins: each newcomer takes partitions only from those that have more than their share
