@@ -3,7 +3,9 @@
 scratch directory (``--results-dir``), so ``bench/results/modern_bench.*`` stay as the last
 full run left them. A few seconds; it checks that the bench works, not what it measures.
 The rdkafka_performance rows run where ``bench.rdkafka_perf`` can build the program (the
-first time: up to a minute or two, then cached), and are skipped, saying why, elsewhere."""
+first time: up to a minute or two, then cached), and are skipped, saying why, elsewhere;
+in the same run as Apache Kafka's rows where Kafka can run (a run with both holds every row
+of a run with one of them, so one run checks both)."""
 
 import json
 import os
@@ -67,28 +69,55 @@ def test_quick_rows_write_every_figure(tmp_path):
     assert os.listdir(tmp_path) == ["results"]  # the broker's files are gone
 
 
-@pytest.mark.timeout(BUILD_TIMEOUT_S + 300)
-def test_quick_rdkafka_performance_rows(tmp_path):
-    """The rows of librdkafka's rdkafka_performance: its produce beside confluent-kafka's,
-    its fetch of the same modern-written topic, which the fetch target is judged on."""
-    if rdkafka_program() is None:
-        pytest.skip(f"rdkafka_performance cannot be built here: {rdkafka_program.why}")
-    run, record = quick_run(tmp_path, "--no-kafka", "--rdkafka")
+@pytest.mark.slow
+@pytest.mark.timeout(BUILD_TIMEOUT_S + 600)
+def test_quick_rdkafka_performance_rows_and_apache_kafka(tmp_path):
+    """The rows of librdkafka's rdkafka_performance (where it can be built): its produce
+    beside confluent-kafka's, its fetch of the same modern-written topic, which the fetch
+    target is judged on; and ``--kafka`` (where Apache Kafka can run): rows 1 and 4, and
+    rdkafka_performance's, against Kafka too, and the mpbroker/Kafka ratios. One run for
+    both: a ``--kafka --rdkafka`` run holds every row of a ``--no-kafka --rdkafka`` one."""
+    rdkafka = rdkafka_program() is not None
+    kafka = apache_kafka.available()
+    if not rdkafka and not kafka:
+        pytest.skip(f"rdkafka_performance cannot be built here ({rdkafka_program.why}) "
+                    f"and Apache Kafka cannot run here ({apache_kafka.missing()})")
+    run, record = quick_run(tmp_path, "--kafka" if kafka else "--no-kafka", "--rdkafka" if rdkafka else "--no-rdkafka",
+                            timeout=600 if kafka else 120)
     rows = {row["row"]: row for row in record["rows"]}
-    assert list(rows) == RDKAFKA_ROWS
-    assert record["targets"] == {"modern_produce_acks1": 0.8, "rdkafka_perf_fetch": 0.8}
-    for name, baseline in (("rdkafka_perf_produce", "legacy_produce_b50_acked"), ("rdkafka_perf_fetch", "legacy_fetch")):
-        row = rows[name]
-        assert row["baseline"] == baseline and len(row["runs"]) == 1, row
-        assert row["runs"][0]["messages"] == 2000 and row["best"] > 0 and row["client_cpu_s_per_million"] > 0, row
-        assert row["runs"][0]["process_seconds"] >= row["runs"][0]["seconds"] > 0, row
-        assert abs(row["ratio"] - row["best"] / rows[baseline]["best"]) < 1e-9, row
-    assert isinstance(rows["rdkafka_perf_fetch"]["met"], bool)
-    assert rows["modern_fetch"]["target"] is None and "met" not in rows["modern_fetch"]  # judged on rdkafka's row
-    assert record["rdkafka_performance"]["librdkafka"] and record["rdkafka_performance"]["left_out"] is None
-    assert record["versions"]["rdkafka_performance"]["librdkafka"] == record["rdkafka_performance"]["librdkafka"]
-    assert "| modern fetch, rdkafka_performance -C" in run.stdout and "judged on the rdkafka_performance row" in run.stdout
-    assert os.listdir(tmp_path) == ["results"]
+    if rdkafka and kafka:
+        assert list(rows) == RDKAFKA_ROWS[:4] + ["kafka_produce_acks1", "kafka_rdkafka_perf_produce"] + \
+            RDKAFKA_ROWS[4:] + ["kafka_fetch", "kafka_rdkafka_perf_fetch"]
+    elif rdkafka:
+        assert list(rows) == RDKAFKA_ROWS
+    else:
+        assert list(rows) == ROWS[:3] + ["kafka_produce_acks1"] + ROWS[3:] + ["kafka_fetch"]
+    if rdkafka:
+        assert record["targets"] == {"modern_produce_acks1": 0.8, "rdkafka_perf_fetch": 0.8}
+        for name, baseline in (("rdkafka_perf_produce", "legacy_produce_b50_acked"),
+                               ("rdkafka_perf_fetch", "legacy_fetch")):
+            row = rows[name]
+            assert row["baseline"] == baseline and len(row["runs"]) == 1, row
+            assert row["runs"][0]["messages"] == 2000 and row["best"] > 0 and row["client_cpu_s_per_million"] > 0, row
+            assert row["runs"][0]["process_seconds"] >= row["runs"][0]["seconds"] > 0, row
+            assert abs(row["ratio"] - row["best"] / rows[baseline]["best"]) < 1e-9, row
+        assert isinstance(rows["rdkafka_perf_fetch"]["met"], bool)
+        assert rows["modern_fetch"]["target"] is None and "met" not in rows["modern_fetch"]  # judged on rdkafka's row
+        assert record["rdkafka_performance"]["librdkafka"] and record["rdkafka_performance"]["left_out"] is None
+        assert record["versions"]["rdkafka_performance"]["librdkafka"] == record["rdkafka_performance"]["librdkafka"]
+        assert "| modern fetch, rdkafka_performance -C" in run.stdout
+        assert "judged on the rdkafka_performance row" in run.stdout
+    if kafka:
+        pairs = [("modern_produce_acks1", "kafka_produce_acks1"), ("modern_fetch", "kafka_fetch")]
+        if rdkafka:
+            pairs += [("rdkafka_perf_produce", "kafka_rdkafka_perf_produce"),
+                      ("rdkafka_perf_fetch", "kafka_rdkafka_perf_fetch")]
+        for mine, theirs in pairs:
+            assert rows[theirs]["best"] > 0 and rows[theirs]["runs"][0]["messages"] == 2000
+            assert abs(rows[mine]["vs_kafka"] - rows[mine]["best"] / rows[theirs]["best"]) < 1e-9
+        assert record["versions"]["apache_kafka"] == apache_kafka.DEFAULT_VERSION
+        assert "mpbroker/Kafka" in run.stdout
+    assert os.listdir(tmp_path) == ["results"]  # the brokers' files are gone
 
 
 def test_rdkafka_performance_summary_lines():
@@ -103,27 +132,3 @@ def test_rdkafka_performance_summary_lines():
                                                      "delivered": 1000, "failed": 0, "seconds": 0.002}
     with pytest.raises(ValueError):
         rdkafka_perf.parse_consumed("% Sending 1000 messages of size 200 bytes\n")
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not apache_kafka.available(), reason=f"Apache Kafka cannot run here: {apache_kafka.missing()}")
-@pytest.mark.timeout(BUILD_TIMEOUT_S + 600)
-def test_quick_rows_with_apache_kafka(tmp_path):
-    """``--kafka``: rows 1 and 4 against Apache Kafka too, and the mpbroker/Kafka ratios;
-    and rdkafka_performance's rows against both, where it can be built."""
-    rdkafka = rdkafka_program() is not None
-    run, record = quick_run(tmp_path, "--kafka", "--rdkafka" if rdkafka else "--no-rdkafka", timeout=600)
-    rows = {row["row"]: row for row in record["rows"]}
-    pairs = [("modern_produce_acks1", "kafka_produce_acks1"), ("modern_fetch", "kafka_fetch")]
-    if rdkafka:
-        assert list(rows) == RDKAFKA_ROWS[:4] + ["kafka_produce_acks1", "kafka_rdkafka_perf_produce"] + \
-            RDKAFKA_ROWS[4:] + ["kafka_fetch", "kafka_rdkafka_perf_fetch"]
-        pairs += [("rdkafka_perf_produce", "kafka_rdkafka_perf_produce"), ("rdkafka_perf_fetch", "kafka_rdkafka_perf_fetch")]
-    else:
-        assert list(rows) == ROWS[:3] + ["kafka_produce_acks1"] + ROWS[3:] + ["kafka_fetch"]
-    for mine, kafka in pairs:
-        assert rows[kafka]["best"] > 0 and rows[kafka]["runs"][0]["messages"] == 2000
-        assert abs(rows[mine]["vs_kafka"] - rows[mine]["best"] / rows[kafka]["best"]) < 1e-9
-    assert record["versions"]["apache_kafka"] == apache_kafka.DEFAULT_VERSION
-    assert "mpbroker/Kafka" in run.stdout
-    assert os.listdir(tmp_path) == ["results"]  # both brokers' files are gone

@@ -14,7 +14,8 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
 
 from mpbroker.testing.local_broker import LocalBroker
 from tests.kafka.conftest import assert_healthy
@@ -121,8 +122,12 @@ def consume_and_commit(broker, group, topic, want: int) -> dict:
 
 
 def committed(broker, group) -> dict:
-    return {(row["topic"], row["partition"]): row["committed_offset"]
-            for row in tool_json(broker, "--describe", "--group", group)["partitions"]}
+    """``{(topic, partition): committed offset}`` of ``group`` as the broker's OffsetFetch
+    answers confluent-kafka's admin client: read in this process (a reset is checked a
+    dozen times; the tool's own ``--describe`` of them is checked in the tests above)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})  # kept until the answer: it runs the request
+    answer = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(TIMEOUT_S)
+    return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions}
 
 
 # --- --list and --describe ----------------------------------------------------------------

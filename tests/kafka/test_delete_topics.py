@@ -30,10 +30,15 @@ from mpbroker.codec.message import encode_message_set
 from mpbroker.segments import topic_configs, topic_deletion
 from mpbroker.segments.naming import partition_dir_name
 from tests.broker.wire import WireClient
-from tests.kafka.test_kcat import consume, kcat
+from tests.kafka import test_kcat
+from tests.kafka.test_kcat import kcat
 from tests.kafka.wire import Wire, good_batch, produce_body, request_frame
 
 NONE, UNKNOWN_TOPIC_OR_PARTITION, REQUEST_TIMED_OUT, INVALID_TOPIC_EXCEPTION = 0, 3, 7, 17
+
+
+def consume(broker, topic: str, partition: int) -> list:
+    return test_kcat.consume(broker, topic, partition, *test_kcat.QUICK_END)
 
 
 def partition_dirs(broker, topic: str) -> list:

@@ -31,7 +31,7 @@ from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
 from mpbroker.testing.local_broker import LocalBroker
 from tests.kafka.conftest import assert_healthy
-from tests.kafka.test_groups import PARTITIONS, TIMEOUT_S, produce
+from tests.kafka.test_groups import KILLED_SESSION, MIN_SESSION_MS, PARTITIONS, TIMEOUT_S, produce
 from tests.kafka.test_kafkajs import NODE_MODULES, SCRIPT
 from tests.polling import wait_for
 
@@ -40,8 +40,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
+    """No initial delay; sessions down to 1 s (the killed member's test waits one out)."""
     with LocalBroker(tmp_path_factory.mktemp("group-clients"), num_workers=2, num_partitions=PARTITIONS,
-                     group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4) as broker:
+                     group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=4,
+                     group_min_session_timeout_ms=MIN_SESSION_MS) as broker:
         yield broker
         assert_healthy(broker)
 
@@ -113,7 +115,7 @@ def test_kafkajs_two_consumers_in_a_group_read_everything_once(default_broker, t
 
 # A killed member: at most its uncommitted window read twice
 
-KILLED_MEMBER = textwrap.dedent("""
+KILLED_MEMBER = f"SESSION = {KILLED_SESSION!r}\n" + textwrap.dedent("""
     import sys, time
     from confluent_kafka import Consumer
 
@@ -123,7 +125,7 @@ KILLED_MEMBER = textwrap.dedent("""
                 if p.error is None and p.offset >= 0:
                     print("committed", p.partition, p.offset, flush=True)
 
-    consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], "session.timeout.ms": 6000,
+    consumer = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2], **SESSION,
                          "auto.offset.reset": "earliest", "auto.commit.interval.ms": 1500,
                          "on_commit": committed})
     consumer.subscribe([sys.argv[3]])
@@ -142,7 +144,7 @@ def test_a_killed_member_costs_at_most_its_uncommitted_window(broker, topic, tmp
     script.write_text(KILLED_MEMBER)
     member = subprocess.Popen([sys.executable, str(script), broker.bootstrap, group, topic],
                               stdout=subprocess.PIPE, text=True)
-    survivor = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "session.timeout.ms": 6000,
+    survivor = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, **KILLED_SESSION,
                          "auto.offset.reset": "earliest"})
     survivor_read = []  # (partition, offset, value)
 

@@ -21,8 +21,15 @@ def kcat(broker, *args, input_text=None):
     return run.stdout
 
 
-def consume(broker, topic, partition):
-    out = kcat(broker, "-C", "-t", topic, "-p", str(partition), "-e", "-f", "%k %s %h %o\n")
+# For reading a partition to its end many times over: a fetch that finds the end answers within
+# 20 ms, not librdkafka's 500 ms (fetch.wait.max.ms), and no second metadata round, so that
+# each read takes ms, not half a second (test_consume_all_partitions_from_an_offset reads at
+# kcat's defaults).
+QUICK_END = ["-X", "fetch.wait.max.ms=20", "-X", "topic.metadata.refresh.interval.ms=-1"]
+
+
+def consume(broker, topic, partition, *options):
+    out = kcat(broker, *options, "-C", "-t", topic, "-p", str(partition), "-e", "-f", "%k %s %h %o\n")
     return [line.split(" ") for line in out.splitlines()]
 
 
@@ -45,7 +52,7 @@ def test_keyed_messages_with_headers(kafka_broker, topic, codec):
     kcat(kafka_broker, "-P", "-t", topic, "-K:", "-H", "trace=abc", "-H", "n=1", *codec_args, input_text=lines)
     seen = {}
     for partition in (0, 1):
-        rows = consume(kafka_broker, topic, partition)
+        rows = consume(kafka_broker, topic, partition, *QUICK_END)
         offsets = [int(offset) for *_, offset in rows]
         assert offsets == sorted(set(offsets))
         for key, value, headers, _ in rows:
@@ -56,7 +63,7 @@ def test_keyed_messages_with_headers(kafka_broker, topic, codec):
     assert set(seen.values()) == {0, 1}  # the default partitioner spread 12 keys over both
     # the order of one partition is the order produced
     for partition in (0, 1):
-        assert [row[0] for row in consume(kafka_broker, topic, partition)] == [
+        assert [row[0] for row in consume(kafka_broker, topic, partition, *QUICK_END)] == [
             key for key in keys if seen[key] == partition]
 
 

@@ -27,6 +27,7 @@ from mpbroker.clients.groups.topic_filter import Blacklist, Whitelist
 from mpbroker.clients.producer.producer import Producer
 from mpbroker.registry import layout
 from mpbroker.registry.zk_client import ensure_chroot
+from tests.broker.harness import BrokerProcess
 from tests.clients.helpers import HOST, wait_for
 
 FAST = {"rebalance_backoff_ms": 200, "rebalance_retries_max": 20, "autocommit_interval_ms": 200,
@@ -94,15 +95,35 @@ def test_layout_values_and_names():
 
 # --- against ZooKeeper and brokers ------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def shared_brokers(zookeeper, tmp_path_factory):
+    """Brokers 1 and 2 registered in a ZooKeeper chroot of this module, shared by its tests
+    (each uses topics and groups of its own); 4 partitions per topic each."""
+    zk_connect = zookeeper.connect_string("/consumer-groups")
+    ensure_chroot(zk_connect, 10)
+    brokers = {}
+    try:
+        for broker_id in (1, 2):
+            brokers[broker_id] = BrokerProcess(tmp_path_factory.mktemp(f"b{broker_id}"), enable_zookeeper="true",
+                                               zk_connect=zk_connect, brokerid=broker_id).start()
+        yield zk_connect, brokers
+    finally:
+        for broker in brokers.values():
+            broker.close()
+
+
 @pytest.fixture
-def cluster(broker_factory, zk_connect):
-    """Two brokers registered in a fresh ZooKeeper chroot; 4 partitions per topic each."""
+def cluster(shared_brokers, broker_factory):
+    """The module's two brokers; a test's own connectors (shut down at its end) and brokers
+    it adds (``add_broker``: closed at its end)."""
+    zk_connect, shared = shared_brokers
+    assert all(broker.process.poll() is None for broker in shared.values()), "a shared broker died"
+
     class Cluster:
         def __init__(self):
             self.zk_connect = zk_connect
-            self.brokers = {}
+            self.brokers = dict(shared)
             self.connectors = []
-            ensure_chroot(zk_connect, 10)
             self.zk = KazooClient(zk_connect)
             self.zk.start(10)
 
@@ -155,8 +176,6 @@ def cluster(broker_factory, zk_connect):
             self.zk.close()
 
     made = Cluster()
-    made.add_broker(1)
-    made.add_broker(2)
     yield made
     made.close()
 
