@@ -108,14 +108,15 @@ def topic_bytes(log_dir: str, topic: str) -> int:
 
 def one_run(broker: str, args, run: int) -> dict:
     """Start a fresh broker, take every row's figure, stop it; the figures and the CPU."""
-    scratch = tempfile.mkdtemp(prefix=f"kafka-compare-{broker}-", dir=args.dir)
+    # mpbroker's BenchBroker makes (and removes) its own directory: a short path, for its unix socket
+    scratch = tempfile.mkdtemp(prefix="kafka-compare-", dir=args.dir) if broker == "kafka" else None
     try:
         if broker == "kafka":
             server = kafka_node(scratch)
             server.format_storage()  # not part of the start-up time
             host, port, log_dir = server.host, server.kafka_port, server.log_dir
         else:
-            server = mpbroker_node(scratch)
+            server = mpbroker_node(args.dir)
             host, port, log_dir = server.host, int(server.properties["kafka.port"]), server.log_dir
         figures = {}
         try:
@@ -154,7 +155,8 @@ def one_run(broker: str, args, run: int) -> dict:
         print(f"  {broker:8} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
         return {"figures": figures, "broker_cpu_s": cpu, "process_left": left}
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def summary(name: str, runs: dict) -> dict:
