@@ -28,6 +28,11 @@ Rows (one run of a broker, in this order):
   the broker takes bytes off the socket).
 - ``consume``: ``rdkafka_performance -C`` reading the acks=1 topic's N messages from the
   beginning: msg/s by the program's clock (first message to the N-th).
+- ``tools_produce_acks1``, ``tools_produce_p99_ms``, ``tools_consume`` (``--no-kafka-tools``
+  leaves them out): Kafka's own Java tools (``bench.kafka_tools_perf``), the producer with
+  acks=1 and ``linger.ms`` 5 writing N messages of 200 bytes to a fresh topic as fast as
+  it goes (its rate, and its p99 latency at that rate: a queueing figure, not a latency at
+  a set load), then the consumer reading them in a fresh group (its rate after the join).
 - ``rss_load_mib``: the largest resident memory of the tree sampled every 100 ms during
   the produce and consume rows.
 - ``disk_bytes_per_message``: allocated bytes (``du``) of the acks=1 and acks=all topics'
@@ -50,7 +55,7 @@ import tempfile
 import threading
 import time
 
-from bench import rdkafka_perf
+from bench import kafka_tools_perf, rdkafka_perf
 from bench.common import RESULTS_DIR, print_table, write_results
 from bench.disk_usage import allocated_bytes
 from bench.interrupts import stop_on_signals
@@ -70,6 +75,9 @@ ROWS = {
     "produce_acks1": ("produce, rdkafka_performance, acks=1", "msg/s", True),
     "produce_acksall": ("produce, rdkafka_performance, acks=all", "msg/s", True),
     "consume": ("consume, rdkafka_performance", "msg/s", True),
+    "tools_produce_acks1": ("produce, kafka-producer-perf-test, acks=1", "msg/s", True),
+    "tools_produce_p99_ms": ("kafka-producer-perf-test's p99 latency (at full speed)", "ms", False),
+    "tools_consume": ("consume, kafka-consumer-perf-test", "msg/s", True),
     "rss_rest_mib": ("broker RSS at rest", "MiB", False),
     "rss_load_mib": ("broker RSS under load (peak)", "MiB", False),
     "startup_s": ("start-up until Metadata answers", "s", False),
@@ -124,7 +132,7 @@ def one_run(broker: str, args, run: int) -> dict:
             time.sleep(args.rest)
             pid = server.process.pid
             figures["rss_rest_mib"] = tree_rss_bytes(pid) / 2**20
-            topics = {row: f"{row}-{run}" for row in (*ACKS, "warmup")}
+            topics = {row: f"{row}-{run}" for row in (*ACKS, "warmup", "tools")}
             for topic in topics.values():
                 create_topic(server, topic)
             cpu = {}
@@ -145,6 +153,17 @@ def one_run(broker: str, args, run: int) -> dict:
                                                   args.messages)
                     figures["consume"] = result["messages"] / result["seconds"]
                     cpu["consume"] = tree_cpu_seconds(pid) - before
+                if args.tools:
+                    before = tree_cpu_seconds(pid)
+                    result = kafka_tools_perf.produce(server.bootstrap, topics["tools"], args.messages,
+                                                      size=MESSAGE_BYTES, acks=1, linger_ms=LINGER_MS)
+                    figures["tools_produce_acks1"] = result["messages_per_s"]
+                    figures["tools_produce_p99_ms"] = result["p99_ms"]
+                    cpu["tools_produce_acks1"] = tree_cpu_seconds(pid) - before
+                    before = tree_cpu_seconds(pid)
+                    result = kafka_tools_perf.consume(server.bootstrap, topics["tools"], args.messages)
+                    figures["tools_consume"] = result["messages_per_s"]
+                    cpu["tools_consume"] = tree_cpu_seconds(pid) - before
             figures["rss_load_mib"] = sampler.peak / 2**20
             if args.program:
                 stored = sum(topic_bytes(log_dir, topics[row]) for row in ("produce_acks1", "produce_acksall"))
@@ -183,6 +202,8 @@ def parse_args(argv=None):
     parser.add_argument("--messages", type=int, help="messages per produce row (default 1,000,000)")
     parser.add_argument("--runs", type=int, help="interleaved runs of each broker (default 5)")
     parser.add_argument("--rest", type=float, help="seconds a broker rests before its RSS at rest (default 3)")
+    parser.add_argument("--kafka-tools", dest="tools", action=argparse.BooleanOptionalAction, default=True,
+                        help="the kafka-producer-perf-test / kafka-consumer-perf-test rows (default: on)")
     parser.add_argument("--warmup", type=int, help="messages produced and consumed unmeasured first (default 100,000)")
     parser.add_argument("--dir", default=None, help="where the brokers' files go (default: TMPDIR)")
     parser.add_argument("--results-dir", default=RESULTS_DIR, help="where kafka_compare.json and .md go")
@@ -206,6 +227,13 @@ def main(argv=None) -> int:
         rdkafka_missing = str(error)
         print(f"the rdkafka_performance rows are left out: {rdkafka_missing}", flush=True)
     apache_kafka.fetch_jars()
+    tools_missing = "" if args.tools else "--no-kafka-tools"
+    if args.tools:
+        try:
+            apache_kafka.fetch_tools()
+        except apache_kafka.ApacheKafkaError as error:
+            args.tools, tools_missing = False, str(error)[:500]
+            print(f"the kafka-*-perf-test rows are left out: {tools_missing}", flush=True)
     settings = fair(1)
     print(f"settings on both: {settings}", flush=True)
     load_before = os.getloadavg()
@@ -221,7 +249,7 @@ def main(argv=None) -> int:
         f"mpbroker beside Apache Kafka {apache_kafka.DEFAULT_VERSION}, one node each, the same client "
         f"(librdkafka's rdkafka_performance), {args.messages:,} messages of {MESSAGE_BYTES} B a produce row, "
         f"medians of {args.runs} interleaved runs; ratio above 1: mpbroker better "
-        f"(mpbroker/Kafka for msg/s, Kafka/mpbroker for MiB, s and B)",
+        f"(mpbroker/Kafka for msg/s, Kafka/mpbroker for MiB, s, ms and B)",
         ["row", "unit", "mpbroker", f"Kafka {apache_kafka.DEFAULT_VERSION}", "ratio", "ratio is"],
         [[row["label"], row["unit"], cell(row["mpbroker"], row["unit"]), cell(row["kafka"], row["unit"]),
           f"{row['ratio']:.2f}x" if row["ratio"] else "-", row["ratio_kind"]] for row in rows])
@@ -233,7 +261,9 @@ def main(argv=None) -> int:
              "Runs interleaved (mpbroker, Kafka, mpbroker, ...), one broker up at a time, each run a fresh broker: "
              "the machine is shared and noisy, interleaving puts its noise on both alike."]
     if rdkafka_missing:
-        notes.append(f"The throughput and disk rows are left out: {rdkafka_missing}")
+        notes.append(f"The rdkafka_performance rows and the disk row are left out: {rdkafka_missing}")
+    if tools_missing:
+        notes.append(f"The kafka-*-perf-test rows are left out: {tools_missing}")
     left = [broker for broker in BROKERS for run in runs[broker] if run["process_left"]]
     if left:
         notes.append(f"A broker process was still running after its stop: {left}")
@@ -246,7 +276,7 @@ def main(argv=None) -> int:
                      "warmup": args.warmup,
                      "message_bytes": MESSAGE_BYTES, "linger_ms": LINGER_MS, "quick": args.quick},
         "versions": versions, "rows": rows, "runs": runs,
-        "rdkafka_performance_left_out": rdkafka_missing or None,
+        "rdkafka_performance_left_out": rdkafka_missing or None, "kafka_tools_left_out": tools_missing or None,
         "load_average": {"start": [round(x, 2) for x in load_before], "end": [round(x, 2) for x in load_after]},
     }, args.results_dir)
     return 1 if left else 0

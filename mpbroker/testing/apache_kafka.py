@@ -84,13 +84,21 @@ def lib_dir(version: str = DEFAULT_VERSION) -> str:
     return os.path.join(CACHE_ROOT, version, "lib")
 
 
-def cached(version: str = DEFAULT_VERSION) -> bool:
-    return os.path.exists(os.path.join(CACHE_ROOT, version, "complete"))
+def tools_dir(version: str = DEFAULT_VERSION) -> str:
+    """Kafka's command-line tools (``org.apache.kafka:kafka-tools``: ProducerPerformance,
+    ConsumerPerformance...) and what they depend on, beside the broker's jars."""
+    return os.path.join(CACHE_ROOT, version, "tools")
 
 
-def _pom(version: str) -> str:
-    dependencies = [("org.apache.kafka", "kafka_2.13", version),
-                    ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]
+def _marker(version: str, what: str) -> str:
+    return os.path.join(CACHE_ROOT, version, "complete" if what == "lib" else f"{what}-complete")
+
+
+def cached(version: str = DEFAULT_VERSION, what: str = "lib") -> bool:
+    return os.path.exists(_marker(version, what))
+
+
+def _pom(dependencies) -> str:
     listed = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
                      "</dependency>\n" for g, a, v in dependencies)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n<modelVersion>4.0.0</modelVersion>\n'
@@ -101,19 +109,30 @@ def _pom(version: str) -> str:
 def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
     """Kafka's jars in the cache (fetched with ``mvn`` the first time); their directory.
     Raises MavenCentralUnreachable when Maven could not download, ApacheKafkaError else."""
-    if cached(version):
-        return lib_dir(version)
+    return _fetch(version, "lib", "kafka_2.13", timeout)
+
+
+def fetch_tools(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
+    """``kafka-tools`` and its dependencies in the cache, as ``fetch_jars``; their directory."""
+    return _fetch(version, "tools", "kafka-tools", timeout)
+
+
+def _fetch(version: str, what: str, artifact: str, timeout: float) -> str:
+    target = os.path.join(CACHE_ROOT, version, what)
+    if cached(version, what):
+        return target
     root = os.path.join(CACHE_ROOT, version)
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one fetch at a time; a second waiter finds it done
-        if cached(version):
-            return lib_dir(version)
+        if cached(version, what):
+            return target
         work = tempfile.mkdtemp(prefix="fetch-", dir=root)
         try:
             with open(os.path.join(work, "pom.xml"), "w") as f:
-                f.write(_pom(version))
-            staged = os.path.join(work, "lib")
+                f.write(_pom([("org.apache.kafka", artifact, version),
+                              ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]))
+            staged = os.path.join(work, what)
             try:
                 run = subprocess.run(["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={staged}",
                                       "-DincludeScope=runtime"], cwd=work, capture_output=True, text=True,
@@ -123,17 +142,17 @@ def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
             except subprocess.TimeoutExpired as e:
                 raise MavenCentralUnreachable(f"mvn did not finish fetching Kafka {version} in {timeout}s") from e
             output = run.stdout + run.stderr
-            if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"kafka_2.13-{version}.jar")):
+            if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"{artifact}-{version}.jar")):
                 kind = MavenCentralUnreachable if any(s in output for s in NETWORK_FAILURES) else ApacheKafkaError
-                raise kind(f"mvn could not fetch org.apache.kafka:kafka_2.13:{version} "
+                raise kind(f"mvn could not fetch org.apache.kafka:{artifact}:{version} "
                            f"(exit {run.returncode}):\n{output[-4000:]}")
-            shutil.rmtree(lib_dir(version), ignore_errors=True)
-            os.rename(staged, lib_dir(version))
-            with open(os.path.join(root, "complete"), "w") as f:
-                f.write("\n".join(sorted(os.listdir(lib_dir(version)))) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            os.rename(staged, target)
+            with open(_marker(version, what), "w") as f:
+                f.write("\n".join(sorted(os.listdir(target))) + "\n")
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return lib_dir(version)
+    return target
 
 
 def free_port() -> int:
