@@ -33,6 +33,9 @@ Rows (one run of a broker, in this order):
   acks=1 and ``linger.ms`` 5 writing N messages of 200 bytes to a fresh topic as fast as
   it goes (its rate, and its p99 latency at that rate: a queueing figure, not a latency at
   a set load), then the consumer reading them in a fresh group (its rate after the join).
+- ``cpu_produce_acks1``, ``cpu_produce_acksall``, ``cpu_consume``: the CPU seconds (user +
+  system, from /proc) the broker's whole process tree spent over that rdkafka_performance
+  row, per million messages: less moved by other work on the machine than a rate is.
 - ``rss_load_mib``: the largest resident memory of the tree sampled every 100 ms during
   the produce and consume rows.
 - ``disk_bytes_per_message``: allocated bytes (``du``) of the acks=1 and acks=all topics'
@@ -78,6 +81,9 @@ ROWS = {
     "tools_produce_acks1": ("produce, kafka-producer-perf-test, acks=1", "msg/s", True),
     "tools_produce_p99_ms": ("kafka-producer-perf-test's p99 latency (at full speed)", "ms", False),
     "tools_consume": ("consume, kafka-consumer-perf-test", "msg/s", True),
+    "cpu_produce_acks1": ("broker CPU per million messages, rdkafka_performance produce acks=1", "s", False),
+    "cpu_produce_acksall": ("broker CPU per million messages, rdkafka_performance produce acks=all", "s", False),
+    "cpu_consume": ("broker CPU per million messages, rdkafka_performance consume", "s", False),
     "rss_rest_mib": ("broker RSS at rest", "MiB", False),
     "rss_load_mib": ("broker RSS under load (peak)", "MiB", False),
     "startup_s": ("start-up until Metadata answers", "s", False),
@@ -165,6 +171,9 @@ def one_run(broker: str, args, run: int) -> dict:
                     figures["tools_consume"] = result["messages_per_s"]
                     cpu["tools_consume"] = tree_cpu_seconds(pid) - before
             figures["rss_load_mib"] = sampler.peak / 2**20
+            for row in ("produce_acks1", "produce_acksall", "consume"):
+                if row in cpu:
+                    figures[f"cpu_{row}"] = cpu[row] / args.messages * 1e6
             if args.program:
                 stored = sum(topic_bytes(log_dir, topics[row]) for row in ("produce_acks1", "produce_acksall"))
                 figures["disk_bytes_per_message"] = stored / (2 * args.messages)
