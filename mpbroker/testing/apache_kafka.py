@@ -9,6 +9,9 @@ on) are fetched from Maven Central with ``mvn`` into a cache under the user's ho
         with ApacheKafka(directory) as kafka:
             ... kafka.bootstrap ... (kafka.host, kafka.kafka_port: as LocalBroker's) ...
 
+    with ApacheKafkaCluster(directory, nodes=3) as cluster:   # three KRaft nodes, one JVM each
+        ... cluster.bootstrap ... cluster.nodes[0] ...
+
 Everything listens on 127.0.0.1 only, on ports free when it starts. Keyword properties
 use ``_`` for ``.`` and override the defaults of ``server.properties``.
 """
@@ -81,13 +84,21 @@ def lib_dir(version: str = DEFAULT_VERSION) -> str:
     return os.path.join(CACHE_ROOT, version, "lib")
 
 
-def cached(version: str = DEFAULT_VERSION) -> bool:
-    return os.path.exists(os.path.join(CACHE_ROOT, version, "complete"))
+def tools_dir(version: str = DEFAULT_VERSION) -> str:
+    """Kafka's command-line tools (``org.apache.kafka:kafka-tools``: ProducerPerformance,
+    ConsumerPerformance...) and what they depend on, beside the broker's jars."""
+    return os.path.join(CACHE_ROOT, version, "tools")
 
 
-def _pom(version: str) -> str:
-    dependencies = [("org.apache.kafka", "kafka_2.13", version),
-                    ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]
+def _marker(version: str, what: str) -> str:
+    return os.path.join(CACHE_ROOT, version, "complete" if what == "lib" else f"{what}-complete")
+
+
+def cached(version: str = DEFAULT_VERSION, what: str = "lib") -> bool:
+    return os.path.exists(_marker(version, what))
+
+
+def _pom(dependencies) -> str:
     listed = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
                      "</dependency>\n" for g, a, v in dependencies)
     return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n<modelVersion>4.0.0</modelVersion>\n'
@@ -98,19 +109,30 @@ def _pom(version: str) -> str:
 def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
     """Kafka's jars in the cache (fetched with ``mvn`` the first time); their directory.
     Raises MavenCentralUnreachable when Maven could not download, ApacheKafkaError else."""
-    if cached(version):
-        return lib_dir(version)
+    return _fetch(version, "lib", "kafka_2.13", timeout)
+
+
+def fetch_tools(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
+    """``kafka-tools`` and its dependencies in the cache, as ``fetch_jars``; their directory."""
+    return _fetch(version, "tools", "kafka-tools", timeout)
+
+
+def _fetch(version: str, what: str, artifact: str, timeout: float) -> str:
+    target = os.path.join(CACHE_ROOT, version, what)
+    if cached(version, what):
+        return target
     root = os.path.join(CACHE_ROOT, version)
     os.makedirs(root, exist_ok=True)
     with open(os.path.join(root, ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one fetch at a time; a second waiter finds it done
-        if cached(version):
-            return lib_dir(version)
+        if cached(version, what):
+            return target
         work = tempfile.mkdtemp(prefix="fetch-", dir=root)
         try:
             with open(os.path.join(work, "pom.xml"), "w") as f:
-                f.write(_pom(version))
-            staged = os.path.join(work, "lib")
+                f.write(_pom([("org.apache.kafka", artifact, version),
+                              ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]))
+            staged = os.path.join(work, what)
             try:
                 run = subprocess.run(["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={staged}",
                                       "-DincludeScope=runtime"], cwd=work, capture_output=True, text=True,
@@ -120,17 +142,17 @@ def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
             except subprocess.TimeoutExpired as e:
                 raise MavenCentralUnreachable(f"mvn did not finish fetching Kafka {version} in {timeout}s") from e
             output = run.stdout + run.stderr
-            if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"kafka_2.13-{version}.jar")):
+            if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"{artifact}-{version}.jar")):
                 kind = MavenCentralUnreachable if any(s in output for s in NETWORK_FAILURES) else ApacheKafkaError
-                raise kind(f"mvn could not fetch org.apache.kafka:kafka_2.13:{version} "
+                raise kind(f"mvn could not fetch org.apache.kafka:{artifact}:{version} "
                            f"(exit {run.returncode}):\n{output[-4000:]}")
-            shutil.rmtree(lib_dir(version), ignore_errors=True)
-            os.rename(staged, lib_dir(version))
-            with open(os.path.join(root, "complete"), "w") as f:
-                f.write("\n".join(sorted(os.listdir(lib_dir(version)))) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            os.rename(staged, target)
+            with open(_marker(version, what), "w") as f:
+                f.write("\n".join(sorted(os.listdir(target))) + "\n")
         finally:
             shutil.rmtree(work, ignore_errors=True)
-    return lib_dir(version)
+    return target
 
 
 def free_port() -> int:
@@ -154,14 +176,20 @@ logger.state.level = WARN
 
 
 class ApacheKafka:
-    """One Kafka node (KRaft: process.roles=broker,controller) in ``directory``."""
+    """One Kafka node (KRaft: process.roles=broker,controller) in ``directory``. ``heap`` is
+    -Xmx; ``initial_heap`` -Xms (None: the JVM's own). ``node_id`` and ``expected_brokers``
+    are for a node of an ``ApacheKafkaCluster``, which sets its quorum."""
 
     def __init__(self, directory, version: str = DEFAULT_VERSION, heap: str = "512m",
-                 cluster_id: str | None = None, **properties):
+                 cluster_id: str | None = None, initial_heap: str | None = None, node_id: int = 1,
+                 expected_brokers: int = 1, **properties):
         self.directory = str(directory)
         self.cluster_id = cluster_id or _cluster_id()
         self.version = version
         self.heap = heap
+        self.initial_heap = initial_heap
+        self.node_id = node_id
+        self.expected_brokers = expected_brokers
         os.makedirs(self.directory, exist_ok=True)
         self.log_dir = os.path.join(self.directory, "kraft-logs")
         self.config_path = os.path.join(self.directory, "server.properties")
@@ -171,7 +199,7 @@ class ApacheKafka:
         self.controller_port = free_port()
         self.properties = {
             "process.roles": "broker,controller",
-            "node.id": "1",
+            "node.id": str(node_id),
             "listeners": f"PLAINTEXT://{self.host}:{self.kafka_port},CONTROLLER://{self.host}:{self.controller_port}",
             "advertised.listeners": f"PLAINTEXT://{self.host}:{self.kafka_port}",
             "controller.listener.names": "CONTROLLER",
@@ -198,14 +226,17 @@ class ApacheKafka:
         return f"{self.host}:{self.kafka_port}"
 
     def _java(self, main: str, *args, **kwargs):
-        return [shutil.which("java") or "java", f"-Xmx{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        initial = [f"-Xms{self.initial_heap}"] if self.initial_heap else []
+        return [shutil.which("java") or "java", f"-Xmx{self.heap}", *initial, "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={os.path.join(self.directory, 'log4j2.properties')}",
                 "-cp", os.path.join(self.lib, "*"), main, *args]
 
     def format_storage(self) -> None:
         """``kafka-storage format`` of the log dir (once: a formatted dir is kept). The cluster id
         is passed as ``--cluster-id=ID``: a random id starts with ``-`` once in 64, which the
-        tool's argument parser takes for an option when it is a separate word."""
+        tool's argument parser takes for an option when it is a separate word. A node with a
+        static quorum (``controller.quorum.voters``, a cluster's) is formatted without
+        ``--standalone``: its voters are in its configuration."""
         self.lib = fetch_jars(self.version)
         with open(self.config_path, "w") as f:
             f.writelines(f"{key}={value}\n" for key, value in self.properties.items())
@@ -213,18 +244,26 @@ class ApacheKafka:
             f.write(LOG4J2)
         if os.path.exists(os.path.join(self.log_dir, "meta.properties")):
             return
+        quorum = [] if "controller.quorum.voters" in self.properties else ["--standalone"]
         run = subprocess.run(self._java("kafka.tools.StorageTool", "format", f"--cluster-id={self.cluster_id}",
-                                        "-c", self.config_path, "--standalone"),
+                                        "-c", self.config_path, *quorum),
                              capture_output=True, text=True, timeout=120)
         if run.returncode != 0:
             raise ApacheKafkaError(f"kafka-storage format failed ({run.returncode}):\n"
                                    f"{(run.stdout + run.stderr)[-4000:]}")
 
     def start(self, timeout: float = 120.0) -> "ApacheKafka":
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Format (once) and start the JVM; ``wait_ready`` waits for it."""
         self.format_storage()
         with open(self.output_path, "a") as output:
             self.process = subprocess.Popen(self._java("kafka.Kafka", self.config_path), stdout=output,
                                             stderr=subprocess.STDOUT, start_new_session=True, cwd=self.directory)
+
+    def wait_ready(self, timeout: float = 120.0) -> "ApacheKafka":
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -236,16 +275,8 @@ class ApacheKafka:
         raise ApacheKafkaError(f"Kafka did not answer in {timeout}s:\n{self.output()[-6000:]}")
 
     def ready(self) -> bool:
-        """ApiVersions answered without error and Metadata lists this broker."""
-        try:
-            with socket.create_connection((self.host, self.kafka_port), timeout=2) as s:
-                error = struct.unpack_from(">h", _call(s, 18, 0, 1, b""))[0]
-                if error != 0:
-                    return False
-                brokers = struct.unpack_from(">i", _call(s, 3, 1, 2, struct.pack(">i", 0)))[0]
-                return brokers >= 1
-        except (OSError, struct.error):
-            return False
+        """ApiVersions answered without error and Metadata lists this node's cluster's brokers."""
+        return answers(self.host, self.kafka_port, self.expected_brokers)
 
     def output(self) -> str:
         try:
@@ -276,6 +307,85 @@ class ApacheKafka:
             self.stop()
         finally:
             self.close()
+
+
+class ApacheKafkaCluster:
+    """``nodes`` Kafka nodes, each its own JVM, log dir and ports, each broker and controller
+    (KRaft combined mode) with a static quorum of all of them (``controller.quorum.voters``,
+    every node formatted with the same cluster id). Internal topics are replicated to
+    min(3, nodes). Ready once every node's Metadata lists every broker."""
+
+    def __init__(self, directory, nodes: int = 3, version: str = DEFAULT_VERSION, heap: str = "512m",
+                 initial_heap: str | None = None, **properties):
+        self.directory = str(directory)
+        cluster_id = _cluster_id()
+        replicas = str(min(3, nodes))
+        internal = {"offsets_topic_replication_factor": replicas, "transaction_state_log_replication_factor": replicas,
+                    "transaction_state_log_min_isr": "1", "share_coordinator_state_topic_replication_factor": replicas}
+        self.nodes = [ApacheKafka(os.path.join(self.directory, f"node-{i}"), version, heap, cluster_id, initial_heap,
+                                  node_id=i, expected_brokers=nodes, **{**internal, **properties})
+                      for i in range(1, nodes + 1)]
+        voters = ",".join(f"{node.node_id}@{node.host}:{node.controller_port}" for node in self.nodes)
+        for node in self.nodes:
+            node.properties.pop("controller.quorum.bootstrap.servers", None)
+            node.properties["controller.quorum.voters"] = voters
+        self.version = version
+        self.cluster_id = cluster_id
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    @property
+    def processes(self) -> list:
+        return [node.process for node in self.nodes]
+
+    def start(self, timeout: float = 180.0) -> "ApacheKafkaCluster":
+        """Every node started before any is waited for (a quorum needs a majority up)."""
+        try:
+            for node in self.nodes:
+                node.launch()
+            deadline = time.monotonic() + timeout
+            for node in self.nodes:
+                node.wait_ready(max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM to every node at once (controlled shutdown), then each is waited for."""
+        for node in self.nodes:
+            if node.process is not None and node.process.poll() is None:
+                node.process.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            node.stop(timeout)
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> "ApacheKafkaCluster":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self.stop()
+        finally:
+            self.close()
+
+
+def answers(host: str, port: int, brokers: int = 1) -> bool:
+    """Whether a Kafka listener (Apache Kafka's or mpbroker's ``kafka.port``) answers
+    ApiVersions without error and lists at least ``brokers`` brokers in Metadata."""
+    try:
+        with socket.create_connection((host, port), timeout=2) as s:
+            error = struct.unpack_from(">h", _call(s, 18, 0, 1, b""))[0]
+            if error != 0:
+                return False
+            return struct.unpack_from(">i", _call(s, 3, 1, 2, struct.pack(">i", 0)))[0] >= brokers
+    except (OSError, struct.error):
+        return False
 
 
 def _cluster_id() -> str:

@@ -1,0 +1,295 @@
+"""mpbroker beside Apache Kafka 4.4 on this machine, the same client against both, in one run.
+
+    python -m bench.kafka_compare [--runs 5] [--messages N] [--quick] [--dir D] [--results-dir D]
+
+One node of each (``bench.kafka_peer``: the same flush policy, segment size, partitions,
+replication factor and ``min.insync.replicas``, printed; Kafka's heap -Xms1g -Xmx1g).
+A run starts a fresh broker, measures, and stops it; runs are INTERLEAVED (mpbroker, Kafka,
+mpbroker, Kafka, ...) and only one broker is up at a time, so the machine's noise (2 shared
+cores here) falls on both alike: that is what makes the ratio fair. The table gives the
+medians of ``--runs`` runs of each.
+
+Rows (one run of a broker, in this order):
+
+- ``startup_s``: from the broker's process start until its Kafka listener answers
+  ApiVersions and a Metadata that lists it (polled every 5 ms; Kafka's ``kafka-storage
+  format`` is done before, not timed). mpbroker's is its whole process tree coming up.
+- ``rss_rest_mib``: resident memory of the broker's whole process tree (VmRSS from /proc,
+  summed: mpbroker is a supervisor, an acceptor and workers; Kafka one JVM), once it has
+  answered and rested ``REST_S`` seconds.
+- warm-up, not measured: ``--warmup`` messages (default 100,000) produced with acks=1 and
+  consumed, on both: a fresh JVM runs interpreted until its JIT has compiled the hot paths,
+  which is not how a broker in service runs (mpbroker, CPython, has no such phase).
+- ``produce_acks0`` / ``produce_acks1`` / ``produce_acksall``: librdkafka's
+  ``rdkafka_performance -P`` (``bench.rdkafka_perf``), N messages of 200 bytes to partition
+  0 of a topic created beforehand (a fresh one per row), ``linger.ms`` 5, ``-a 0/1/-1``;
+  msg/s by the program's own clock (first produce() to the last delivery report; with
+  acks=0 a delivery report comes as soon as the request is written, so it measures how fast
+  the broker takes bytes off the socket).
+- ``consume``: ``rdkafka_performance -C`` reading the acks=1 topic's N messages from the
+  beginning: msg/s by the program's clock (first message to the N-th).
+- ``tools_produce_acks1``, ``tools_produce_p99_ms``, ``tools_consume`` (``--no-kafka-tools``
+  leaves them out): Kafka's own Java tools (``bench.kafka_tools_perf``), the producer with
+  acks=1 and ``linger.ms`` 5 writing N messages of 200 bytes to a fresh topic as fast as
+  it goes (its rate, and its p99 latency at that rate: a queueing figure, not a latency at
+  a set load), then the consumer reading them in a fresh group (its rate after the join).
+- ``cpu_produce_acks1``, ``cpu_produce_acksall``, ``cpu_consume``: the CPU seconds (user +
+  system, from /proc) the broker's whole process tree spent over that rdkafka_performance
+  row, per million messages: less moved by other work on the machine than a rate is.
+- ``rss_load_mib``: the largest resident memory of the tree sampled every 100 ms during
+  the produce and consume rows.
+- ``disk_bytes_per_message``: allocated bytes (``du``) of the acks=1 and acks=all topics'
+  partition directories (log segments and indexes) after the produce rows, over their 2N
+  messages (acks=0's topic is left out: nothing says its last bytes have landed).
+
+Ratio column: always "how many times better mpbroker is": mpbroker/Kafka for throughput
+(higher is better), Kafka/mpbroker for memory, start-up time and disk (lower is better).
+Above 1: mpbroker does better. Where ``rdkafka_performance`` cannot be built (or Kafka
+cannot run) the rows say why and are left out. ``bench/results/kafka_compare.{md,json}``
+hold every run, the settings, the versions and the machine.
+"""
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+
+from bench import kafka_tools_perf, rdkafka_perf
+from bench.common import RESULTS_DIR, print_table, write_results
+from bench.disk_usage import allocated_bytes
+from bench.interrupts import stop_on_signals
+from bench.kafka_peer import fair, kafka_node, mpbroker_node, timed_start, tree_rss_bytes
+from bench.modern_bench import create_topic, git_commit, java_version
+from mpbroker.testing import apache_kafka
+from mpbroker.testing.process_cpu import tree_cpu_seconds
+
+MESSAGE_BYTES = 200
+LINGER_MS = 5
+ACKS = {"produce_acks0": 0, "produce_acks1": 1, "produce_acksall": -1}
+SIZES = {"default": {"messages": 1_000_000, "runs": 5, "rest": 3.0, "warmup": 100_000},
+         "quick": {"messages": 5_000, "runs": 1, "rest": 0.2, "warmup": 1_000}}
+# row -> (label, unit, higher is better)
+ROWS = {
+    "produce_acks0": ("produce, rdkafka_performance, acks=0", "msg/s", True),
+    "produce_acks1": ("produce, rdkafka_performance, acks=1", "msg/s", True),
+    "produce_acksall": ("produce, rdkafka_performance, acks=all", "msg/s", True),
+    "consume": ("consume, rdkafka_performance", "msg/s", True),
+    "tools_produce_acks1": ("produce, kafka-producer-perf-test, acks=1", "msg/s", True),
+    "tools_produce_p99_ms": ("kafka-producer-perf-test's p99 latency (at full speed)", "ms", False),
+    "tools_consume": ("consume, kafka-consumer-perf-test", "msg/s", True),
+    "cpu_produce_acks1": ("broker CPU per million messages, rdkafka_performance produce acks=1", "s", False),
+    "cpu_produce_acksall": ("broker CPU per million messages, rdkafka_performance produce acks=all", "s", False),
+    "cpu_consume": ("broker CPU per million messages, rdkafka_performance consume", "s", False),
+    "rss_rest_mib": ("broker RSS at rest", "MiB", False),
+    "rss_load_mib": ("broker RSS under load (peak)", "MiB", False),
+    "startup_s": ("start-up until Metadata answers", "s", False),
+    "disk_bytes_per_message": ("disk bytes per 200 B message", "B", False),
+}
+BROKERS = ("mpbroker", "kafka")
+
+
+class RssSampler:
+    """The peak resident memory of a process tree, sampled on a thread every 100 ms."""
+
+    def __init__(self, pid: int):
+        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._stop.wait(0.1)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, tree_rss_bytes(self.pid))
+
+
+def topic_bytes(log_dir: str, topic: str) -> int:
+    """Allocated bytes of ``topic``'s partition directories (``<topic>-<n>``) under ``log_dir``."""
+    return sum(allocated_bytes(os.path.join(log_dir, name)) for name in os.listdir(log_dir)
+               if name.rsplit("-", 1)[0] == topic and os.path.isdir(os.path.join(log_dir, name)))
+
+
+def one_run(broker: str, args, run: int) -> dict:
+    """Start a fresh broker, take every row's figure, stop it; the figures and the CPU."""
+    # mpbroker's BenchBroker makes (and removes) its own directory: a short path, for its unix socket
+    scratch = tempfile.mkdtemp(prefix="kafka-compare-", dir=args.dir) if broker == "kafka" else None
+    try:
+        if broker == "kafka":
+            server = kafka_node(scratch)
+            server.format_storage()  # not part of the start-up time
+            host, port, log_dir = server.host, server.kafka_port, server.log_dir
+        else:
+            server = mpbroker_node(args.dir)
+            host, port, log_dir = server.host, int(server.properties["kafka.port"]), server.log_dir
+        figures = {}
+        try:
+            figures["startup_s"] = timed_start(server.start, host, port)
+            time.sleep(args.rest)
+            pid = server.process.pid
+            figures["rss_rest_mib"] = tree_rss_bytes(pid) / 2**20
+            topics = {row: f"{row}-{run}" for row in (*ACKS, "warmup", "tools")}
+            for topic in topics.values():
+                create_topic(server, topic)
+            cpu = {}
+            with RssSampler(pid) as sampler:
+                if args.program and args.warmup:  # not measured: a JVM compiles its hot paths first
+                    rdkafka_perf.produce(args.program, server.bootstrap, topics["warmup"], args.warmup,
+                                         size=MESSAGE_BYTES, acks=1, conf={"linger.ms": LINGER_MS})
+                    rdkafka_perf.consume(args.program, server.bootstrap, topics["warmup"], args.warmup)
+                if args.program:
+                    for row, acks in ACKS.items():
+                        before = tree_cpu_seconds(pid)
+                        result = rdkafka_perf.produce(args.program, server.bootstrap, topics[row], args.messages,
+                                                      size=MESSAGE_BYTES, acks=acks, conf={"linger.ms": LINGER_MS})
+                        figures[row] = result["messages"] / result["seconds"]
+                        cpu[row] = tree_cpu_seconds(pid) - before
+                    before = tree_cpu_seconds(pid)
+                    result = rdkafka_perf.consume(args.program, server.bootstrap, topics["produce_acks1"],
+                                                  args.messages)
+                    figures["consume"] = result["messages"] / result["seconds"]
+                    cpu["consume"] = tree_cpu_seconds(pid) - before
+                if args.tools:
+                    before = tree_cpu_seconds(pid)
+                    result = kafka_tools_perf.produce(server.bootstrap, topics["tools"], args.messages,
+                                                      size=MESSAGE_BYTES, acks=1, linger_ms=LINGER_MS)
+                    figures["tools_produce_acks1"] = result["messages_per_s"]
+                    figures["tools_produce_p99_ms"] = result["p99_ms"]
+                    cpu["tools_produce_acks1"] = tree_cpu_seconds(pid) - before
+                    before = tree_cpu_seconds(pid)
+                    result = kafka_tools_perf.consume(server.bootstrap, topics["tools"], args.messages)
+                    figures["tools_consume"] = result["messages_per_s"]
+                    cpu["tools_consume"] = tree_cpu_seconds(pid) - before
+            figures["rss_load_mib"] = sampler.peak / 2**20
+            for row in ("produce_acks1", "produce_acksall", "consume"):
+                if row in cpu:
+                    figures[f"cpu_{row}"] = cpu[row] / args.messages * 1e6
+            if args.program:
+                stored = sum(topic_bytes(log_dir, topics[row]) for row in ("produce_acks1", "produce_acksall"))
+                figures["disk_bytes_per_message"] = stored / (2 * args.messages)
+        finally:
+            server.__exit__(None, None, None)
+        left = server.process.poll() is None
+        print(f"  {broker:8} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
+        return {"figures": figures, "broker_cpu_s": cpu, "process_left": left}
+    finally:
+        if scratch:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def summary(name: str, runs: dict) -> dict:
+    label, unit, higher = ROWS[name]
+    values = {broker: [run["figures"][name] for run in runs[broker] if name in run["figures"]] for broker in BROKERS}
+    row = {"row": name, "label": label, "unit": unit, "higher_is_better": higher, "runs": values}
+    if all(values.values()):
+        row.update({broker: statistics.median(values[broker]) for broker in BROKERS})
+        mp, kafka = row["mpbroker"], row["kafka"]
+        row["ratio"] = (mp / kafka if higher else kafka / mp) if min(mp, kafka) > 0 else None
+        row["ratio_kind"] = "mpbroker/Kafka" if higher else "Kafka/mpbroker"
+    return row
+
+
+def cell(value, unit: str) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.2f}" if unit == "s" else f"{value:,.0f}" if value >= 100 else f"{value:,.1f}"
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="5,000 messages, 1 run, short rest (a check, seconds)")
+    parser.add_argument("--messages", type=int, help="messages per produce row (default 1,000,000)")
+    parser.add_argument("--runs", type=int, help="interleaved runs of each broker (default 5)")
+    parser.add_argument("--rest", type=float, help="seconds a broker rests before its RSS at rest (default 3)")
+    parser.add_argument("--kafka-tools", dest="tools", action=argparse.BooleanOptionalAction, default=True,
+                        help="the kafka-producer-perf-test / kafka-consumer-perf-test rows (default: on)")
+    parser.add_argument("--warmup", type=int, help="messages produced and consumed unmeasured first (default 100,000)")
+    parser.add_argument("--dir", default=None, help="where the brokers' files go (default: TMPDIR)")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="where kafka_compare.json and .md go")
+    args = parser.parse_args(argv)
+    for key, value in SIZES["quick" if args.quick else "default"].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    stop_on_signals()
+    if not apache_kafka.available():
+        print(f"Apache Kafka cannot run here, nothing to compare: {apache_kafka.missing()}", file=sys.stderr)
+        return 1
+    args.program, rdkafka_missing = None, ""
+    try:
+        args.program = rdkafka_perf.program(log=lambda line: print(line, flush=True))
+    except rdkafka_perf.Unavailable as error:
+        rdkafka_missing = str(error)
+        print(f"the rdkafka_performance rows are left out: {rdkafka_missing}", flush=True)
+    apache_kafka.fetch_jars()
+    tools_missing = "" if args.tools else "--no-kafka-tools"
+    if args.tools:
+        try:
+            apache_kafka.fetch_tools()
+        except apache_kafka.ApacheKafkaError as error:
+            args.tools, tools_missing = False, str(error)[:500]
+            print(f"the kafka-*-perf-test rows are left out: {tools_missing}", flush=True)
+    settings = fair(1)
+    print(f"settings on both: {settings}", flush=True)
+    load_before = os.getloadavg()
+    runs = {broker: [] for broker in BROKERS}
+    for run in range(args.runs):
+        for broker in BROKERS:
+            runs[broker].append(one_run(broker, args, run))
+    load_after = os.getloadavg()
+    rows = [summary(name, runs) for name in ROWS]
+    rows = [row for row in rows if "ratio" in row]
+    print()
+    table = print_table(
+        f"mpbroker beside Apache Kafka {apache_kafka.DEFAULT_VERSION}, one node each, the same client "
+        f"(librdkafka's rdkafka_performance), {args.messages:,} messages of {MESSAGE_BYTES} B a produce row, "
+        f"medians of {args.runs} interleaved runs; ratio above 1: mpbroker better "
+        f"(mpbroker/Kafka for msg/s, Kafka/mpbroker for MiB, s, ms and B)",
+        ["row", "unit", "mpbroker", f"Kafka {apache_kafka.DEFAULT_VERSION}", "ratio", "ratio is"],
+        [[row["label"], row["unit"], cell(row["mpbroker"], row["unit"]), cell(row["kafka"], row["unit"]),
+          f"{row['ratio']:.2f}x" if row["ratio"] else "-", row["ratio_kind"]] for row in rows])
+    notes = [f"Settings on both: flush {settings['flush']}; segment {settings['segment_bytes']:,} B; "
+             f"{settings['partitions']} partition a topic; replication factor {settings['replication_factor']}; "
+             f"min.insync.replicas {settings['min_insync_replicas']}; Kafka heap {settings['kafka_heap']}; "
+             f"producer linger.ms {LINGER_MS}, librdkafka's other defaults; {args.warmup:,} messages produced "
+             f"and consumed unmeasured first on each broker (JIT warm-up).",
+             "Runs interleaved (mpbroker, Kafka, mpbroker, ...), one broker up at a time, each run a fresh broker: "
+             "the machine is shared and noisy, interleaving puts its noise on both alike."]
+    if rdkafka_missing:
+        notes.append(f"The rdkafka_performance rows and the disk row are left out: {rdkafka_missing}")
+    if tools_missing:
+        notes.append(f"The kafka-*-perf-test rows are left out: {tools_missing}")
+    left = [broker for broker in BROKERS for run in runs[broker] if run["process_left"]]
+    if left:
+        notes.append(f"A broker process was still running after its stop: {left}")
+    load = (f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end")
+    versions = {"apache_kafka": apache_kafka.DEFAULT_VERSION, "java": java_version(), "commit": git_commit(),
+                "rdkafka_performance": rdkafka_perf.built_info(args.program) if args.program else None}
+    print("\n".join([*notes, load, f"versions: {versions}"]))
+    write_results("kafka_compare", "\n\n".join([table, *notes, load, f"Versions: {versions}"]), {
+        "settings": {**settings, "messages": args.messages, "runs": args.runs, "rest_s": args.rest,
+                     "warmup": args.warmup,
+                     "message_bytes": MESSAGE_BYTES, "linger_ms": LINGER_MS, "quick": args.quick},
+        "versions": versions, "rows": rows, "runs": runs,
+        "rdkafka_performance_left_out": rdkafka_missing or None, "kafka_tools_left_out": tools_missing or None,
+        "load_average": {"start": [round(x, 2) for x in load_before], "end": [round(x, 2) for x in load_after]},
+    }, args.results_dir)
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""``python -m bench.kafka_compare`` runs end to end (a real mpbroker and a real Apache
+Kafka 4.4, one after the other, and librdkafka's rdkafka_performance against both) and
+writes its JSON: every row (librdkafka's and Kafka's own perf tools) at the smallest sizes, one run each, into a scratch directory
+(``--results-dir``), so ``bench/results/kafka_compare.*`` stay as the last full run left
+them. About 30 s; it checks that the bench works, not what it measures. Skipped, saying
+why, where Kafka cannot run (no Java 17 or Maven) or rdkafka_performance cannot be built."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import rdkafka_perf
+from mpbroker.testing import apache_kafka
+from tests.kafka.conftest import require_apache_kafka
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROWS = ["produce_acks0", "produce_acks1", "produce_acksall", "consume", "tools_produce_acks1", "tools_produce_p99_ms",
+        "tools_consume", "cpu_produce_acks1", "cpu_produce_acksall", "cpu_consume", "rss_rest_mib", "rss_load_mib", "startup_s", "disk_bytes_per_message"]
+
+
+def test_quick_run_writes_every_row_for_both_brokers(tmp_path):
+    require_apache_kafka()
+    try:
+        apache_kafka.fetch_tools()
+    except apache_kafka.MavenCentralUnreachable as error:
+        pytest.skip(f"Maven Central does not answer (kafka-tools): {str(error)[:500]}")
+    try:
+        rdkafka_perf.program()
+    except rdkafka_perf.Unavailable as error:
+        pytest.skip(f"rdkafka_performance cannot be built here: {str(error)[:500]}")
+    run = subprocess.run(
+        [sys.executable, "-m", "bench.kafka_compare", "--quick", "--messages", "2000", "--warmup", "200",
+         "--dir", str(tmp_path), "--results-dir", str(tmp_path / "results")],
+        cwd=REPO, capture_output=True, text=True, timeout=150)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+    with open(tmp_path / "results" / "kafka_compare.json") as f:
+        record = json.load(f)
+    assert (tmp_path / "results" / "kafka_compare.md").exists()
+    assert record["benchmark"] == "kafka_compare" and record["settings"]["runs"] == 1
+    assert record["settings"]["replication_factor"] == 1 and "no fsync" in record["settings"]["flush"]
+    assert [row["row"] for row in record["rows"]] == ROWS
+    for row in record["rows"]:
+        if row["row"].startswith(("cpu_", "tools_produce_p99")) and min(row["mpbroker"], row["kafka"]) == 0:
+            continue  # a latency may round to 0 ms, a small run's CPU to 0 ticks; then no ratio
+        assert row["mpbroker"] > 0 and row["kafka"] > 0, row
+        expected = row["mpbroker"] / row["kafka"] if row["higher_is_better"] else row["kafka"] / row["mpbroker"]
+        assert abs(row["ratio"] - expected) < 1e-9, row
+    rows = {row["row"]: row for row in record["rows"]}
+    # a 200-byte value takes at least 200 bytes on disk in either; a JVM is not smaller than 64 MiB
+    assert rows["disk_bytes_per_message"]["mpbroker"] >= 200 and rows["disk_bytes_per_message"]["kafka"] >= 200
+    assert rows["rss_rest_mib"]["kafka"] > 64
+    assert not any(run["process_left"] for broker in record["runs"].values() for run in broker)
+    assert "| produce, rdkafka_performance, acks=all" in run.stdout and "Settings on both" in run.stdout
+    assert os.listdir(tmp_path) == ["results"]  # both brokers' files are gone
