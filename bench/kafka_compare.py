@@ -17,6 +17,10 @@ Rows (one run of a broker, in this order):
 - ``rss_rest_mib``: resident memory of the broker's whole process tree (VmRSS from /proc,
   summed: mpbroker is a supervisor, an acceptor and workers; Kafka one JVM), once it has
   answered and rested ``REST_S`` seconds.
+- ``pss_rest_mib``: the same tree's proportional set size (``Pss`` of smaps_rollup, summed):
+  pages shared between processes counted once. mpbroker's workers are forked from its
+  supervisor and share its pages, which summed RSS counts once per process; for Kafka's one
+  JVM the two are about equal. The fair figure of a process tree's memory.
 - warm-up, not measured: ``--warmup`` messages (default 100,000) produced with acks=1 and
   consumed, on both: a fresh JVM runs interpreted until its JIT has compiled the hot paths,
   which is not how a broker in service runs (mpbroker, CPython, has no such phase).
@@ -36,8 +40,8 @@ Rows (one run of a broker, in this order):
 - ``cpu_produce_acks1``, ``cpu_produce_acksall``, ``cpu_consume``: the CPU seconds (user +
   system, from /proc) the broker's whole process tree spent over that rdkafka_performance
   row, per million messages: less moved by other work on the machine than a rate is.
-- ``rss_load_mib``: the largest resident memory of the tree sampled every 100 ms during
-  the produce and consume rows.
+- ``rss_load_mib``, ``pss_load_mib``: the largest resident memory and proportional set size
+  of the tree sampled every 100 ms during the produce and consume rows.
 - ``disk_bytes_per_message``: allocated bytes (``du``) of the acks=1 and acks=all topics'
   partition directories (log segments and indexes) after the produce rows, over their 2N
   messages (acks=0's topic is left out: nothing says its last bytes have landed).
@@ -62,7 +66,7 @@ from bench import kafka_tools_perf, rdkafka_perf
 from bench.common import RESULTS_DIR, print_table, write_results
 from bench.disk_usage import allocated_bytes
 from bench.interrupts import stop_on_signals
-from bench.kafka_peer import fair, kafka_node, mpbroker_node, timed_start, tree_rss_bytes
+from bench.kafka_peer import fair, kafka_node, mpbroker_node, timed_start, tree_pss_bytes, tree_rss_bytes
 from bench.modern_bench import create_topic, git_commit, java_version
 from mpbroker.testing import apache_kafka
 from mpbroker.testing.process_cpu import tree_cpu_seconds
@@ -85,7 +89,9 @@ ROWS = {
     "cpu_produce_acksall": ("broker CPU per million messages, rdkafka_performance produce acks=all", "s", False),
     "cpu_consume": ("broker CPU per million messages, rdkafka_performance consume", "s", False),
     "rss_rest_mib": ("broker RSS at rest", "MiB", False),
+    "pss_rest_mib": ("broker PSS at rest (shared pages counted once)", "MiB", False),
     "rss_load_mib": ("broker RSS under load (peak)", "MiB", False),
+    "pss_load_mib": ("broker PSS under load (peak)", "MiB", False),
     "startup_s": ("start-up until Metadata answers", "s", False),
     "disk_bytes_per_message": ("disk bytes per 200 B message", "B", False),
 }
@@ -93,16 +99,21 @@ BROKERS = ("mpbroker", "kafka")
 
 
 class RssSampler:
-    """The peak resident memory of a process tree, sampled on a thread every 100 ms."""
+    """The peak resident memory and proportional set size of a process tree, sampled on a
+    thread every 100 ms."""
 
     def __init__(self, pid: int):
-        self.pid, self.peak, self._stop = pid, 0, threading.Event()
+        self.pid, self.peak, self.peak_pss, self._stop = pid, 0, 0, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(self.pid))
+            self._sample()
             self._stop.wait(0.1)
+
+    def _sample(self):
+        self.peak = max(self.peak, tree_rss_bytes(self.pid))
+        self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.pid))
 
     def __enter__(self):
         self._thread.start()
@@ -111,7 +122,7 @@ class RssSampler:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, tree_rss_bytes(self.pid))
+        self._sample()
 
 
 def topic_bytes(log_dir: str, topic: str) -> int:
@@ -138,6 +149,7 @@ def one_run(broker: str, args, run: int) -> dict:
             time.sleep(args.rest)
             pid = server.process.pid
             figures["rss_rest_mib"] = tree_rss_bytes(pid) / 2**20
+            figures["pss_rest_mib"] = tree_pss_bytes(pid) / 2**20
             topics = {row: f"{row}-{run}" for row in (*ACKS, "warmup", "tools")}
             for topic in topics.values():
                 create_topic(server, topic)
@@ -171,6 +183,7 @@ def one_run(broker: str, args, run: int) -> dict:
                     figures["tools_consume"] = result["messages_per_s"]
                     cpu["tools_consume"] = tree_cpu_seconds(pid) - before
             figures["rss_load_mib"] = sampler.peak / 2**20
+            figures["pss_load_mib"] = sampler.peak_pss / 2**20
             for row in ("produce_acks1", "produce_acksall", "consume"):
                 if row in cpu:
                     figures[f"cpu_{row}"] = cpu[row] / args.messages * 1e6

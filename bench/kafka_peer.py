@@ -89,6 +89,24 @@ def tree_rss_bytes(root: int) -> int:
     return total
 
 
+def tree_pss_bytes(root: int) -> int:
+    """Proportional set size of ``root`` and every live descendant (``Pss`` of
+    /proc/PID/smaps_rollup, summed): each shared page counted once over the processes
+    sharing it. mpbroker's workers are forked from its supervisor and share its pages
+    (copy on write), which summed RSS counts once per process."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        except OSError:  # ended meanwhile
+            pass
+    return total
+
+
 def timed_start(start, host: str, port: int, brokers: int = 1, timeout: float = 180.0) -> float:
     """Run ``start()`` (it starts a broker and returns once it is ready) on a thread and
     return the seconds from its call until ``host:port`` answers ApiVersions and Metadata

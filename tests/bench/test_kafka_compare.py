@@ -18,7 +18,8 @@ from tests.kafka.conftest import require_apache_kafka
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ROWS = ["produce_acks0", "produce_acks1", "produce_acksall", "consume", "tools_produce_acks1", "tools_produce_p99_ms",
-        "tools_consume", "cpu_produce_acks1", "cpu_produce_acksall", "cpu_consume", "rss_rest_mib", "rss_load_mib", "startup_s", "disk_bytes_per_message"]
+        "tools_consume", "cpu_produce_acks1", "cpu_produce_acksall", "cpu_consume", "rss_rest_mib", "pss_rest_mib",
+        "rss_load_mib", "pss_load_mib", "startup_s", "disk_bytes_per_message"]
 
 
 def test_quick_run_writes_every_row_for_both_brokers(tmp_path):
@@ -52,6 +53,8 @@ def test_quick_run_writes_every_row_for_both_brokers(tmp_path):
     # a 200-byte value takes at least 200 bytes on disk in either; a JVM is not smaller than 64 MiB
     assert rows["disk_bytes_per_message"]["mpbroker"] >= 200 and rows["disk_bytes_per_message"]["kafka"] >= 200
     assert rows["rss_rest_mib"]["kafka"] > 64
+    # shared pages counted once: never more than summed RSS (a process tree's forks share much)
+    assert 0 < rows["pss_rest_mib"]["mpbroker"] <= rows["rss_rest_mib"]["mpbroker"]
     assert not any(run["process_left"] for broker in record["runs"].values() for run in broker)
     assert "| produce, rdkafka_performance, acks=all" in run.stdout and "Settings on both" in run.stdout
     assert os.listdir(tmp_path) == ["results"]  # both brokers' files are gone
