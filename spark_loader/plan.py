@@ -142,7 +142,7 @@ def discover(*, broker_list: str = "", zookeeper: str = "", topics=(), whitelist
     if missing:
         _missing_topics(missing, f"no broker of --broker-list {broker_list} holds a message of it (the 0.7 "
                                  f"protocol cannot tell a topic that does not exist from an empty one)",
-                        loaded_topics, allow_missing_topics)
+                        loaded_topics, allow_missing_topics or bool(unreachable))  # a broker down may hold it
     return LoadSource(brokers, partitions)
 
 
