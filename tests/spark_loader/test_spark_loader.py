@@ -793,11 +793,10 @@ def test_with_a_broker_list_a_topic_no_broker_holds_a_message_of_is_unknown(spar
 # --- 11: reading the output: the calls the README gives -----------------------------------------
 
 
-def readme_python_block(section: str) -> str:
-    """The first ```python block of the README section ``## <section>``."""
+def readme_python_block(heading: str) -> str:
+    """The first ```python block after the README heading ``heading`` (the whole line)."""
     text = (REPO / "README.md").read_text()
-    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
-    return body.split("```python\n", 1)[1].split("```", 1)[0]
+    return text.split(f"\n{heading}\n", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
 
 
 def test_the_readme_calls_read_the_topic_load_date_and_load_id_columns(spark, broker_factory, tmp_path, monkeypatch):
@@ -809,7 +808,7 @@ def test_the_readme_calls_read_the_topic_load_date_and_load_id_columns(spark, br
     summary = load(spark, output, brokers, ["007", "2024"])
     assert "topic" not in ds.dataset(str(output), format="parquet").schema.names  # why the README names the call
 
-    code = readme_python_block("Loading into Parquet with Spark")
+    code = readme_python_block("### Scheduled loads into Parquet: `mpbroker-spark-load`")
     namespace = {"spark": spark}
     try:
         exec(code, namespace)  # noqa: S102 (the README's own code, as written)
