@@ -76,17 +76,7 @@ def mpbroker_node(base_dir=None) -> BenchBroker:
 
 def tree_rss_bytes(root: int) -> int:
     """Resident memory of ``root`` and every live descendant (VmRSS from /proc, summed)."""
-    total = 0
-    for pid in process_tree(root):
-        try:
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
-                        break
-        except OSError:  # ended meanwhile
-            pass
-    return total
+    return _tree_kib_field(root, "status", "VmRSS:")
 
 
 def tree_pss_bytes(root: int) -> int:
@@ -94,12 +84,17 @@ def tree_pss_bytes(root: int) -> int:
     /proc/PID/smaps_rollup, summed): each shared page counted once over the processes
     sharing it. mpbroker's workers are forked from its supervisor and share its pages
     (copy on write), which summed RSS counts once per process."""
+    return _tree_kib_field(root, "smaps_rollup", "Pss:")
+
+
+def _tree_kib_field(root: int, name: str, field: str) -> int:
+    """The ``field`` line (in kB) of /proc/PID/``name``, summed over ``root``'s tree, in bytes."""
     total = 0
     for pid in process_tree(root):
         try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
+            with open(f"/proc/{pid}/{name}") as f:
                 for line in f:
-                    if line.startswith("Pss:"):
+                    if line.startswith(field):
                         total += int(line.split()[1]) * 1024
                         break
         except OSError:  # ended meanwhile
