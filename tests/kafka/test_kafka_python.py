@@ -32,10 +32,21 @@ def consume(broker, topic, count, partition=0):
             got += consumer.poll(500).get(tp, [])
             if len(got) >= count:
                 break
-        assert len(got) == count, f"consumed {len(got)} of {count}"
+        assert len(got) == count, f"consumed {len(got)} of {count}; {_state(consumer, tp)}"
         return got
     finally:
         consumer.close()
+
+
+def _state(consumer, tp) -> str:
+    """What a failed read looked like from the client's side (a flake seen once in CI:
+    0 of 5 read in 15 s), to tell a stuck client from a broker that served nothing."""
+    try:
+        return (f"position {consumer.position(tp, timeout_ms=5000)}, "
+                f"beginning {consumer.beginning_offsets([tp], 5000)[tp]}, end {consumer.end_offsets([tp], 5000)[tp]}, "
+                f"highwater {consumer.highwater(tp)}")
+    except Exception as e:  # noqa: BLE001 - a diagnosis must not hide the failure it explains
+        return f"state unknown: {e!r}"
 
 
 def sample(n=5):
