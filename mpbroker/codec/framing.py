@@ -73,19 +73,25 @@ class FrameReader:
                 self._start, self._end = 0, pending
                 return memoryview(scratch)[pending:]
             self.detach()
-        wanted = self._room_wanted(pending)
-        if len(self._buffer) - self._end < wanted:
-            self._compact(wanted)
+        needed, grown = self._room(pending)
+        if len(self._buffer) - self._end < needed:
+            self._compact(grown)
         return memoryview(self._buffer)[self._end:]
 
-    def _room_wanted(self, pending: int) -> int:
-        """Room for the next receive into the reader's own buffer: a chunk, or what a
-        large frame still lacks, growing with what arrived."""
+    def _room(self, pending: int) -> tuple:
+        """``(room the next receive needs, room to make when there is less)`` in the
+        reader's own buffer: a chunk; for a large frame whose size has arrived, a
+        receive needs a quarter chunk of room (or the rest of the frame), and the room
+        made grows with what arrived (doubling; the whole rest once that is at most
+        twice what arrived), so a frame of any size lands in a few buffers, while a
+        peer that only claims a huge frame gets no huge buffer."""
         if pending >= SIZE_BYTES:
             (size,) = SIZE.unpack_from(self._buffer, self._start)
             if 0 < size <= self.max_frame_bytes:
-                return min(SIZE_BYTES + size - pending, max(self._chunk, pending))
-        return self._chunk
+                lacking = SIZE_BYTES + size - pending
+                step = max(self._chunk, pending)
+                return min(lacking, self._chunk // _SCRATCH_SHARE), lacking if lacking <= 2 * step else step
+        return self._chunk, self._chunk
 
     def _compact(self, wanted: int) -> None:
         pending = self._end - self._start
@@ -143,7 +149,7 @@ class FrameReader:
         if available < SIZE_BYTES + size:
             return None
         start = self._start + SIZE_BYTES
-        frame = bytes(self._buffer[start:start + size])
+        frame = bytes(memoryview(self._buffer)[start:start + size])  # one copy (a slice of the bytearray would be two)
         self._start = start + size
         self.frame_started = self._received_at  # the next frame began in the receive that ended this one
         if self._start == self._end:

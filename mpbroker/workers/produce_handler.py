@@ -32,6 +32,12 @@ log = logging.getLogger(__name__)
 _ACK_ON_APPEND = (Mode.ACK_APPEND, Mode.ACK_REPLICATED)
 
 
+def _kept(mode: int, data):
+    """A copy of a produce's bytes out of the ring: record batches as a bytearray, which
+    ``record_batches.stamped`` writes their offsets into without another copy."""
+    return bytearray(data) if mode & RECORD_BATCHES else bytes(data)
+
+
 class _Produce:
     __slots__ = ("request_id", "topic", "partition", "mode", "data", "messages", "record_batches", "batches",
                  "first_offset", "duplicate_end")
@@ -73,7 +79,7 @@ class ProduceHandler:
                     topic = topics.get(topic_bytes)
                     if topic is None:
                         topic = topics[topic_bytes] = topic_bytes.decode("ascii")
-                    produces.append(_Produce(request_id, topic, partition, mode, bytes(data)))
+                    produces.append(_Produce(request_id, topic, partition, mode, _kept(mode, data)))
             elif kind == messages.KIND_PRODUCE:
                 produce = self._assemble(messages.decode_fragment(body))
                 if produce is not None:
@@ -104,7 +110,9 @@ class ProduceHandler:
             self._partial[fragment.request_id] = (first, buffer, received)
             return None
         self._partial.pop(fragment.request_id, None)
-        return _Produce(first.request_id, first.topic, first.partition, first.mode, bytes(buffer))
+        # record batches: the buffer itself, stamped in place (``record_batches.stamped``)
+        data = buffer if first.mode & RECORD_BATCHES else bytes(buffer)
+        return _Produce(first.request_id, first.topic, first.partition, first.mode, data)
 
     def _max_message_size(self, topic: str, partition: int) -> int:
         """The topic's ``max.message.bytes`` (its log's settings), else ``max.message.size``."""

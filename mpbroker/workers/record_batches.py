@@ -39,8 +39,9 @@ def checked(data: bytes, config, max_batch_bytes: int | None = None) -> tuple:
 def stamped(data: bytes, batches, position: int, log_append_time_ms, leader_epoch=None) -> tuple:
     """``(bytes to append at log position ``position``, the first record's offset)``;
     ``leader_epoch``: the partitionLeaderEpoch to write (a replicated partition's leader
-    epoch), None to leave the producer's."""
-    buffer = bytearray(data)
+    epoch), None to leave the producer's. A bytearray (the produce's own copy out of the
+    ring) is stamped in place; anything else is copied first."""
+    buffer = data if isinstance(data, bytearray) else bytearray(data)
     for batch in batches:
         stamp_batch(buffer, batch.start, position + batch.end - batch.records, log_append_time_ms=log_append_time_ms,
                     leader_epoch=leader_epoch)
