@@ -111,6 +111,8 @@ class MPBrokerStreamReader(_PlannedReader, DataSourceStreamReader, SupportsTrigg
     def __init__(self, options):
         super().__init__(options)
         self._target = None  # availableNow: the log ends when the query started
+        self._last_ends = None  # the LogEnds latestOffset found: partitions() plans the batch with them
+        self._prepared = False  # availableNow: the first latestOffset takes the ends found when preparing
 
     def initialOffset(self) -> dict:
         return self.planner.starting_offsets()
@@ -124,11 +126,14 @@ class MPBrokerStreamReader(_PlannedReader, DataSourceStreamReader, SupportsTrigg
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = flatten(self.planner.end_offsets({}, self.planner.log_ends()))
+        self._last_ends = self.planner.log_ends()
+        self._target = flatten(self.planner.end_offsets({}, self._last_ends))
+        self._prepared = True
 
     def latestOffset(self, start: dict, limit) -> dict:
         start = normalized(start)
-        ends = self.planner.log_ends()
+        ends = self._last_ends if self._prepared else self.planner.log_ends()
+        self._last_ends, self._prepared = ends, False
         if self._target is not None:  # nothing past the target: cap each log end there
             for key, part in list(ends.items()):
                 if key in self._target:
@@ -145,7 +150,10 @@ class MPBrokerStreamReader(_PlannedReader, DataSourceStreamReader, SupportsTrigg
         return None
 
     def partitions(self, start: dict, end: dict):
-        return self._partitions(normalized(start), normalized(end))
+        """The batch's tasks, planned with what ``latestOffset`` found a moment ago (the
+        brokers' addresses and segment bases); a batch replayed after a restart, or one
+        naming a partition not found then, discovers them anew."""
+        return self._partitions(normalized(start), normalized(end), self._last_ends)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the offsets live in Spark's checkpoint, and the broker keeps

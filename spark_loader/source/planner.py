@@ -221,7 +221,8 @@ class Planner:
         todo = {key: (start.get(key, offset), offset) for key, offset in end.items() if start.get(key, offset) < offset}
         if not todo:
             return []
-        ends = self.log_ends() if ends is None else ends
+        if ends is None or any(key not in ends for key in todo):  # (a key missing: discovered since?)
+            ends = self.log_ends()
         ranges = []
         for key, (first, last) in sorted(todo.items()):
             part = ends.get(key)
