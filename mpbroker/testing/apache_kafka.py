@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 
+from mpbroker.testing import maven
 from mpbroker.testing.local_broker import kill_group
 
 DEFAULT_VERSION = "4.4.0"
@@ -36,11 +37,6 @@ CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "mpbroker-apache-ka
 # The broker logs through slf4j 1.7 (the kafka_2.13 pom leaves the binding to the
 # distribution): log4j's binding is fetched beside it so that its log is not empty.
 LOG4J_VERSION = "2.25.5"
-# What mvn prints when Maven Central is out of reach (spark_kafka's fetch reads it too); with
-# an empty ~/.m2 it cannot even get its dependency plugin ("No plugin found for prefix").
-NETWORK_FAILURES = ("Could not transfer", "UnknownHost", "Unknown host", "Connection refused", "Connect timed out",
-                    "Network is unreachable", "No route to host", "connect timed out", "Remote host terminated",
-                    "No plugin found for prefix")
 
 
 class ApacheKafkaError(RuntimeError):
@@ -98,14 +94,6 @@ def cached(version: str = DEFAULT_VERSION, what: str = "lib") -> bool:
     return os.path.exists(_marker(version, what))
 
 
-def _pom(dependencies) -> str:
-    listed = "".join(f"<dependency><groupId>{g}</groupId><artifactId>{a}</artifactId><version>{v}</version>"
-                     "</dependency>\n" for g, a, v in dependencies)
-    return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n<modelVersion>4.0.0</modelVersion>\n'
-            "<groupId>mpbroker.testing</groupId><artifactId>apache-kafka-jars</artifactId><version>1</version>\n"
-            f"<packaging>pom</packaging>\n<dependencies>\n{listed}</dependencies>\n</project>\n")
-
-
 def fetch_jars(version: str = DEFAULT_VERSION, timeout: float = 900.0) -> str:
     """Kafka's jars in the cache (fetched with ``mvn`` the first time); their directory.
     Raises MavenCentralUnreachable when Maven could not download, ApacheKafkaError else."""
@@ -129,23 +117,19 @@ def _fetch(version: str, what: str, artifact: str, timeout: float) -> str:
             return target
         work = tempfile.mkdtemp(prefix="fetch-", dir=root)
         try:
-            with open(os.path.join(work, "pom.xml"), "w") as f:
-                f.write(_pom([("org.apache.kafka", artifact, version),
-                              ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)]))
             staged = os.path.join(work, what)
             try:
-                run = subprocess.run(["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={staged}",
-                                      "-DincludeScope=runtime"], cwd=work, capture_output=True, text=True,
-                                     timeout=timeout)
-            except FileNotFoundError as e:
-                raise ApacheKafkaError("mvn is not on PATH") from e
-            except subprocess.TimeoutExpired as e:
-                raise MavenCentralUnreachable(f"mvn did not finish fetching Kafka {version} in {timeout}s") from e
-            output = run.stdout + run.stderr
+                run = maven.copy_dependencies(work, "apache-kafka-jars", [
+                    ("org.apache.kafka", artifact, version),
+                    ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_VERSION)], staged, timeout)
+            except maven.MavenMissing as e:
+                raise ApacheKafkaError(str(e)) from e
+            except maven.MavenTimedOut as e:
+                raise MavenCentralUnreachable(f"fetching Kafka {version}: {e}") from e
             if run.returncode != 0 or not os.path.exists(os.path.join(staged, f"{artifact}-{version}.jar")):
-                kind = MavenCentralUnreachable if any(s in output for s in NETWORK_FAILURES) else ApacheKafkaError
+                kind = MavenCentralUnreachable if run.unreachable else ApacheKafkaError
                 raise kind(f"mvn could not fetch org.apache.kafka:{artifact}:{version} "
-                           f"(exit {run.returncode}):\n{output[-4000:]}")
+                           f"(exit {run.returncode}):\n{run.output[-4000:]}")
             shutil.rmtree(target, ignore_errors=True)
             os.rename(staged, target)
             with open(_marker(version, what), "w") as f:

@@ -27,14 +27,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 import urllib.error
 import urllib.request
 import xml.etree.ElementTree as ET
 
-from mpbroker.testing.apache_kafka import NETWORK_FAILURES
+from mpbroker.testing import maven
 
 CACHE_ROOT = os.path.join(os.path.expanduser("~"), ".cache", "mpbroker-spark-kafka")
 GROUP = "org.apache.spark"
@@ -157,34 +156,21 @@ def _copy_dependencies(connector: str, work: str, timeout: float) -> str | None:
     """``mvn dependency:copy-dependencies`` of the connector (runtime scope) into a fresh
     directory under ``work``; None when Central has no such version."""
     project = tempfile.mkdtemp(prefix=f"{connector}-", dir=work)
-    with open(os.path.join(project, "pom.xml"), "w") as f:
-        f.write(_pom(connector))
     staged = os.path.join(project, "jars")
     try:
-        # -U: ask Central again about a version it did not have on an earlier try
-        run = subprocess.run(["mvn", "-B", "-q", "-U", "dependency:copy-dependencies", f"-DoutputDirectory={staged}",
-                              "-DincludeScope=runtime"], cwd=project, capture_output=True, text=True,
-                             timeout=timeout)
-    except FileNotFoundError as e:
-        raise SparkKafkaError("mvn is not on PATH") from e
-    except subprocess.TimeoutExpired as e:
-        raise MavenCentralUnreachable(f"mvn did not finish fetching {coordinate(connector)} in {timeout}s") from e
-    output = run.stdout + run.stderr
+        # refresh: ask Central again about a version it did not have on an earlier try
+        run = maven.copy_dependencies(project, "spark-kafka-jars", [(GROUP, CONNECTOR, connector)], staged, timeout,
+                                      refresh=True)
+    except maven.MavenMissing as e:
+        raise SparkKafkaError(str(e)) from e
+    except maven.MavenTimedOut as e:
+        raise MavenCentralUnreachable(f"fetching {coordinate(connector)}: {e}") from e
     if run.returncode == 0 and os.path.exists(os.path.join(staged, f"{CONNECTOR}-{connector}.jar")):
         return staged
-    jar = f"{GROUP}:{CONNECTOR}:jar:{connector}"
-    if f"Could not find artifact {jar}" in output or f"{jar} was not found" in output:
+    if run.not_found(GROUP, CONNECTOR, connector):
         return None
-    kind = MavenCentralUnreachable if any(s in output for s in NETWORK_FAILURES) else SparkKafkaError
-    raise kind(f"mvn could not fetch {coordinate(connector)} (exit {run.returncode}):\n{output[-4000:]}")
-
-
-def _pom(connector: str) -> str:
-    return ('<project xmlns="http://maven.apache.org/POM/4.0.0">\n<modelVersion>4.0.0</modelVersion>\n'
-            "<groupId>mpbroker.testing</groupId><artifactId>spark-kafka-jars</artifactId><version>1</version>\n"
-            "<packaging>pom</packaging>\n<dependencies>\n"
-            f"<dependency><groupId>{GROUP}</groupId><artifactId>{CONNECTOR}</artifactId>"
-            f"<version>{connector}</version></dependency>\n</dependencies>\n</project>\n")
+    kind = MavenCentralUnreachable if run.unreachable else SparkKafkaError
+    raise kind(f"mvn could not fetch {coordinate(connector)} (exit {run.returncode}):\n{run.output[-4000:]}")
 
 
 def newest_published(version: str, timeout: float = 30.0) -> str:
