@@ -17,6 +17,7 @@ distinct payloads, so the Parquet size (printed) says little about real data.
 """
 
 import argparse
+import contextlib
 import os
 import tempfile
 import time
@@ -51,6 +52,20 @@ def read_files(paths, decode: bool) -> tuple:
     return messages, size, time.perf_counter() - started
 
 
+@contextlib.contextmanager
+def filled_broker(directory, partitions: int, messages: int, topic: str = TOPIC):
+    """A BenchBroker whose ``topic`` holds ``messages`` of 200 bytes over ``partitions``
+    (the raw-wire producer, batches of 50), all flushed before any clock starts; yields the
+    broker and the bytes of its log."""
+    with BenchBroker(directory, num_partitions=partitions, num_workers=2, log_flush_interval=100000,
+                     log_default_flush_interval_ms=200, log_file_size=512 * 1024 * 1024) as broker:
+        produced = produce(broker.port, topic, partitions, messages, 50, True)
+        wait_flushed(broker, topic)
+        log_bytes = sum(p["log_end"] for p in broker.status()["partitions"] if p["topic"] == topic)
+        print(f"produced {messages:,} messages ({log_bytes / 1e6:.0f} MB of log) in {produced:.1f}s", flush=True)
+        yield broker, log_bytes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000_000)
@@ -59,12 +74,7 @@ def main() -> None:
     parser.add_argument("--dir", default=None, help="where the broker and the output live (default: /tmp)")
     args = parser.parse_args()
     rows, data = [], {"messages": args.messages, "partitions": args.partitions, "master": args.master}
-    with BenchBroker(args.dir, num_partitions=args.partitions, num_workers=2, log_flush_interval=100000,
-                     log_default_flush_interval_ms=200, log_file_size=512 * 1024 * 1024) as broker:
-        produced = produce(broker.port, TOPIC, args.partitions, args.messages, 50, True)
-        wait_flushed(broker, TOPIC)
-        log_bytes = sum(p["log_end"] for p in broker.status()["partitions"] if p["topic"] == TOPIC)
-        print(f"produced {args.messages:,} messages ({log_bytes / 1e6:.0f} MB of log) in {produced:.1f}s", flush=True)
+    with filled_broker(args.dir, args.partitions, args.messages) as (broker, log_bytes):
         spark = spark_session(args.master)
         with tempfile.TemporaryDirectory(prefix="mpbroker-spark-bench-", dir=args.dir) as output:
             summary = run_load(spark, LoadOptions(output=output, topics=[TOPIC],

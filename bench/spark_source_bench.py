@@ -27,9 +27,8 @@ import statistics
 import tempfile
 import time
 
-from bench.broker_bench import produce, wait_flushed
-from bench.broker_process import BenchBroker
 from bench.common import RESULTS_DIR, print_table, write_results
+from bench.spark_bench import filled_broker
 from bench.spark_segment_files import SegmentFilesSource
 from mpbroker.cli.spark_load import spark_session
 from mpbroker.spark_loader import register_source
@@ -56,12 +55,7 @@ def main() -> None:
     parser.add_argument("--results-dir", default=RESULTS_DIR, help="where the table and JSON go")
     args = parser.parse_args()
     data = {"messages": args.messages, "partitions": args.partitions, "master": args.master, "rounds": args.rounds}
-    with BenchBroker(args.dir, num_partitions=args.partitions, num_workers=2, log_flush_interval=100000,
-                     log_default_flush_interval_ms=200, log_file_size=512 * 1024 * 1024) as broker:
-        produced = produce(broker.port, TOPIC, args.partitions, args.messages, 50, True)
-        wait_flushed(broker, TOPIC)
-        log_bytes = sum(p["log_end"] for p in broker.status()["partitions"] if p["topic"] == TOPIC)
-        print(f"produced {args.messages:,} messages ({log_bytes / 1e6:.0f} MB of log) in {produced:.1f}s", flush=True)
+    with filled_broker(args.dir, args.partitions, args.messages, TOPIC) as (broker, log_bytes):
         brokers = f"0:127.0.0.1:{broker.port}"
         spark = spark_session(args.master)
         spark.sparkContext.setLogLevel("ERROR")
