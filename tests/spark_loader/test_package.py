@@ -15,7 +15,7 @@ from pathlib import Path
 import pyspark
 
 from mpbroker.cli.spark_package import main_script
-from tests.spark_loader.test_spark_loader import (
+from tests.spark_loader.loads import (
     REPO,
     assert_exactly_once,
     broker_list,

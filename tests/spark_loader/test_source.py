@@ -16,7 +16,7 @@ from mpbroker.spark_loader.source.offsets import DataLossError
 from mpbroker.spark_loader.state import source_starting_offsets
 from tests.clients.helpers import wait_for
 from tests.clients.modern import produce_modern, records, wait_readable
-from tests.spark_loader.test_spark_loader import (
+from tests.spark_loader.loads import (
     HOST,
     REPO,
     broker_list,

@@ -6,7 +6,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from mpbroker.spark_loader.source.data_source import MPBrokerStreamReader
 from mpbroker.spark_loader.source.options import parse_options
-from tests.spark_loader.test_spark_loader import broker_list, produce
+from tests.spark_loader.loads import broker_list, produce
 
 
 def counted(reader: MPBrokerStreamReader) -> list:

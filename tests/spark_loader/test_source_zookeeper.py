@@ -8,8 +8,8 @@ import pytest
 
 from mpbroker.clients import Producer
 from mpbroker.clients.core.leaders import REPLICATED
+from tests.spark_loader.loads import spark
 from tests.spark_loader.test_source import registered, stream_to_parquet
-from tests.spark_loader.test_spark_loader import spark
 from tests.spark_loader.test_spark_replicated import cluster
 
 __all__ = ["spark", "registered", "cluster"]

@@ -24,7 +24,7 @@ from mpbroker.testing.spark_cluster import MASTER_CLASS, QUICK_JVM_OPTIONS, WORK
 from tests.broker.harness import BrokerProcess
 from tests.polling import wait_for
 from tests.readme.readme_blocks import REPO, block, commands
-from tests.spark_loader.test_spark_loader import (
+from tests.spark_loader.loads import (
     CLI_TIMEOUT_S,
     HOST,
     assert_exactly_once,

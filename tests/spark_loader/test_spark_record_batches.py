@@ -5,7 +5,7 @@ key or timestamp column, so only values are loaded."""
 
 from mpbroker.clients import SimpleConsumer
 from tests.clients.modern import produce_modern, records, wait_readable
-from tests.spark_loader.test_spark_loader import HOST, Sent, broker_list, load, read_output, read_state, spark
+from tests.spark_loader.loads import HOST, Sent, broker_list, load, read_output, read_state, spark
 
 __all__ = ["spark"]  # the module-scoped SparkSession fixture
 
