@@ -42,7 +42,7 @@ import tempfile
 import time
 
 import confluent_kafka
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.disk_usage import allocated_bytes
@@ -122,20 +122,21 @@ class KafkaSystem:
     def topic(mode: str) -> str:
         return f"{TOPIC_PREFIX}{mode}"
 
-    def _create_topic(self, mode: str) -> str:
-        """The run's topic, created and led (every partition has a leader) before the clock."""
+    def _create_topic(self, mode: str, checker) -> str:
+        """The run's topic, created and led before the clock: every partition answers
+        ListOffsets (its leader took it up: the metadata lists a leader a moment before)."""
         topic = self.topic(mode)
         config = {"flush.messages": "1"} if MODES[mode][3] else {}
         future = self.admin.create_topics([NewTopic(topic, self.partitions, 1, config=config)])[topic]
         future.result(30)
         deadline = time.monotonic() + 30
         while True:
-            described = self.admin.list_topics(topic, timeout=10).topics.get(topic)
-            if described and described.error is None and len(described.partitions) == self.partitions and \
-                    all(p.leader >= 0 for p in described.partitions.values()):
+            try:
+                self._end_offsets(checker, topic)
                 return topic
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"kafka: {topic} has no leader for every partition after 30 s")
+            except KafkaException as error:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"kafka: {topic} not led after 30 s: {error}") from None
             time.sleep(0.05)
 
     def _end_offsets(self, consumer, topic: str) -> int:
@@ -143,51 +144,53 @@ class KafkaSystem:
                    for p in range(self.partitions))
 
     def produce(self, mode: str, count: int, timeline) -> dict:
+        checker = Consumer({"bootstrap.servers": self.kafka.bootstrap, "group.id": "paper-bench-check", **QUIET})
+        try:
+            return self._produce(mode, count, timeline, checker)
+        finally:
+            checker.close()
+
+    def _produce(self, mode: str, count: int, timeline, checker) -> dict:
         label, batch, acks, _ = MODES[mode]
-        topic = self._create_topic(mode)
+        topic = self._create_topic(mode, checker)
         failures = []
         producer = Producer({"bootstrap.servers": self.kafka.bootstrap, "acks": acks,
                              "linger.ms": 0 if batch == 1 else BATCH_LINGER_MS, "batch.num.messages": batch,
                              "queue.buffering.max.messages": QUEUE_MESSAGES,
                              "delivery.report.only.error": True, "on_delivery": lambda error, _: failures.append(error),
                              **QUIET})
-        checker = Consumer({"bootstrap.servers": self.kafka.bootstrap, "group.id": "paper-bench-check", **QUIET})
-        try:
-            producer.list_topics(topic, timeout=10)  # connected, partitions known: not measured
-            checker.list_topics(topic, timeout=10)
-            payload = make_payload()
-            produce, poll, flush = producer.produce, producer.poll, producer.flush
-            partitions = self.partitions
-            sent = 0
-            timeline.start()
-            for request in range(count // batch):
-                partition = request % partitions
-                for _ in range(batch):
-                    while True:
-                        try:
-                            produce(topic, payload, partition=partition)
-                            break
-                        except BufferError:  # librdkafka's queue is full: let it drain
-                            poll(0.001)
-                if acks and flush(END_TIMEOUT):  # one request in flight: wait for its answer
-                    raise RuntimeError(f"kafka: {topic}: no answer to a produce in {END_TIMEOUT:.0f} s")
-                sent += batch
-                if sent >= timeline.next_mark:
-                    timeline.mark(sent)
-            if flush(END_TIMEOUT):
-                raise RuntimeError(f"kafka: {topic}: messages still queued after {END_TIMEOUT:.0f} s")
-            if failures:
-                raise RuntimeError(f"kafka: {topic}: {len(failures)} messages failed: {failures[0]}")
-            if not acks:  # nothing answered: until the broker holds them all
-                deadline = time.monotonic() + END_TIMEOUT
-                while (held := self._end_offsets(checker, topic)) < sent:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"kafka: {topic} holds {held} of {sent} messages after "
-                                           f"{END_TIMEOUT:.0f} s")
-                    time.sleep(0.002)
-            return timeline.finish(sent, label=label)
-        finally:
-            checker.close()
+        producer.list_topics(topic, timeout=10)  # connected, partitions known: not measured
+        payload = make_payload()
+        produce, poll, flush = producer.produce, producer.poll, producer.flush
+        partitions = self.partitions
+        sent = 0
+        timeline.start()
+        for request in range(count // batch):
+            partition = request % partitions
+            for _ in range(batch):
+                while True:
+                    try:
+                        produce(topic, payload, partition=partition)
+                        break
+                    except BufferError:  # librdkafka's queue is full: let it drain
+                        poll(0.001)
+            if acks and flush(END_TIMEOUT):  # one request in flight: wait for its answer
+                raise RuntimeError(f"kafka: {topic}: no answer to a produce in {END_TIMEOUT:.0f} s")
+            sent += batch
+            if sent >= timeline.next_mark:
+                timeline.mark(sent)
+        if flush(END_TIMEOUT):
+            raise RuntimeError(f"kafka: {topic}: messages still queued after {END_TIMEOUT:.0f} s")
+        if failures:
+            raise RuntimeError(f"kafka: {topic}: {len(failures)} messages failed: {failures[0]}")
+        if not acks:  # nothing answered: until the broker holds them all
+            deadline = time.monotonic() + END_TIMEOUT
+            while (held := self._end_offsets(checker, topic)) < sent:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"kafka: {topic} holds {held} of {sent} messages after "
+                                       f"{END_TIMEOUT:.0f} s")
+                time.sleep(0.002)
+        return timeline.finish(sent, label=label)
 
     def discard(self, mode: str) -> None:
         """Nothing to do: a topic that is not read again costs only disk."""
