@@ -6,7 +6,7 @@ targets checked, all written through ``bench.common.write_results`` to
 from bench.common import RESULTS_DIR, print_table, write_results
 
 PEERS = ("rabbitmq", "activemq", "kafka")
-SAME_MODES_AS_MPBROKER = ("kafka",)  # its runs are named, and set up, as mpbroker's
+MPBROKER_MODES = ("mpbroker", "kafka")  # Kafka's runs are named, and set up, as mpbroker's
 
 # (what is compared, mpbroker's (and Kafka's) producer mode or "consume", the queues' mode or "consume")
 COMPARISONS = (
@@ -61,8 +61,9 @@ def runs_table(runs: list) -> str:
                        ["system", "experiment", "mode", "messages", "messages/s", "MB/s", "disk B/msg"], rows)
 
 
-def _peer_mode(peer: str, ours_mode: str, queues_mode: str) -> str:
-    return ours_mode if peer in SAME_MODES_AS_MPBROKER else queues_mode
+def _mode_of(system: str, ours_mode: str, queues_mode: str) -> str:
+    """The run of ``system`` that a comparison row takes: mpbroker's mode, or the queues'."""
+    return ours_mode if system in MPBROKER_MODES else queues_mode
 
 
 def comparison_table(runs: list) -> str:
@@ -74,12 +75,12 @@ def comparison_table(runs: list) -> str:
             continue
         row = [what, _rate(ours)]
         for peer in peers:
-            theirs = find_run(runs, peer, _peer_mode(peer, ours_mode, queues_mode))
+            theirs = find_run(runs, peer, _mode_of(peer, ours_mode, queues_mode))
             row += [_rate(theirs), _ratio(ours, theirs)]
         rows.append(row)
     disk_row = ["disk bytes per 200-byte message"]
     for system in ("mpbroker", *peers):
-        run = find_run(runs, system, _peer_mode(system, "b50-ff", "ff"))
+        run = find_run(runs, system, _mode_of(system, "b50-ff", "ff"))
         disk_row.append(f"{run['disk_bytes_per_message']:,.1f}" if run else "-")
         if system != "mpbroker":
             disk_row.append("")

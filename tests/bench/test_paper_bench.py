@@ -61,6 +61,11 @@ def test_small_run_has_a_kafka_column_and_plot(tmp_path):
         table = f.read()
     assert "| experiment" in table and "| kafka " in table.split("\n\n")[1], table[:2000]
     assert "| consume everything, one consumer" in table
+    lines = table.splitlines()
+    header = [cell.strip() for cell in next(line for line in lines if line.startswith("| experiment")).split("|")]
+    disk = [cell.strip() for cell in next(line for line in lines if line.startswith("| disk bytes")).split("|")]
+    assert float(disk[header.index("mpbroker")]) >= 200, disk
+    assert float(disk[header.index("kafka")]) == runs[("kafka", "b50-ff")]["disk_bytes_per_message"], disk
     assert kafka_line_pixels(tmp_path / "results" / "paper.png") > 500
     assert sorted(os.listdir(tmp_path)) == ["results"]  # both brokers' directories are gone
     leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_mentions(pid, str(tmp_path))]
