@@ -1,18 +1,23 @@
 """The Kafka paper's producer and consumer experiments on this machine: mpbroker next
-to RabbitMQ and ActiveMQ (issue 8).
+to RabbitMQ and ActiveMQ (issue 8) and Apache Kafka 4.4 (issue 34).
 
-    python -m bench.paper_bench [--messages N] [--systems mpbroker,rabbitmq,activemq] [--quick]
+    python -m bench.paper_bench [--messages N] [--systems mpbroker,rabbitmq,activemq,kafka] [--quick]
 
 Each system runs privately on loopback (the peers from Debian's packages, installed if
 missing, in temporary directories, stopped afterwards) and is driven by its usual Python
 client: mpbroker by ``clients`` (Producer, SimpleConsumer), RabbitMQ by pika, ActiveMQ by
-stomp.py. One producer sends N 200-byte messages per mode (the per-message-acknowledged
+stomp.py, Kafka (``bench.kafka_peer``'s node, jars fetched with mvn) by confluent-kafka with
+the paper's producer and consumer settings (``bench/paper/kafka_runs.py``). One producer sends N 200-byte messages per mode (the per-message-acknowledged
 modes send --acked-1-messages: they run at a round trip per message); the peers'
 messages are persistent. Then one consumer reads the fire-and-forget run back (mpbroker:
-~200 KB fetches; peers: prefetch 1000). Disk: the growth of each system's data directory
+~200 KB fetches; RabbitMQ, ActiveMQ: prefetch 1000; Kafka: 200 KB fetches a partition). Disk: the growth of each system's data directory
 per message produced. Throughput is sampled every --sample-every messages for the plot.
 
-Writes bench/results/paper.json, paper.md (tables, ratios, targets) and paper.png.
+A system that cannot run here (Kafka without Java 17 or Maven) is left out, its column
+too, with the reason in the report; a system that fails part-way fails the benchmark.
+
+Writes paper.json, paper.md (tables, ratios, targets) and paper.png into bench/results/
+(``--results-dir`` elsewhere).
 """
 
 import argparse
@@ -29,8 +34,9 @@ from bench.paper.plot import plot
 from bench.paper.profiling import client_profile, profile_brokers_into
 from bench.paper.report import write_report
 from bench.paper.timeline import Timeline
+from bench.paper.unavailable import SystemUnavailable
 
-SYSTEMS = ("mpbroker", "rabbitmq", "activemq")
+SYSTEMS = ("mpbroker", "rabbitmq", "activemq", "kafka")
 
 
 def make_system(name: str, args):
@@ -43,6 +49,9 @@ def make_system(name: str, args):
     if name == "activemq":
         from bench.paper.activemq_runs import ActiveMQSystem
         return ActiveMQSystem(args.dir)
+    if name == "kafka":
+        from bench.paper.kafka_runs import KafkaSystem
+        return KafkaSystem(args.dir, partitions=args.partitions)
     raise SystemExit(f"unknown system {name!r}; known: {', '.join(SYSTEMS)}")
 
 
@@ -98,13 +107,15 @@ def parse_args():
     parser.add_argument("--messages", type=int, default=1_000_000, help="messages per run (default 1,000,000)")
     parser.add_argument("--acked-1-messages", type=int, default=100_000,
                         help="messages for the runs acknowledged one message at a time (default 100,000)")
-    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated (default: all three)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated (default: all four)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 100,000 messages (5,000 acked one by one)")
     parser.add_argument("--sample-every", type=int, default=None, help="messages between throughput samples "
                         "(default: a tenth of --messages)")
     parser.add_argument("--workers", type=int, default=2, help="mpbroker num.workers (default 2)")
-    parser.add_argument("--partitions", type=int, default=2, help="mpbroker partitions per topic (default 2)")
+    parser.add_argument("--partitions", type=int, default=2,
+                        help="mpbroker's and Kafka's partitions per topic (default 2)")
     parser.add_argument("--dir", default=None, help="where the systems' data directories go (default: $TMPDIR)")
+    parser.add_argument("--results-dir", default=RESULTS_DIR, help="where paper.{json,md,png} go")
     parser.add_argument("--modes", default="", help="only these producer modes, comma-separated (e.g. b50-ff,ff; "
                         "the mode the consumer reads always runs)")
     parser.add_argument("--profile", metavar="DIR", default=None,
@@ -126,11 +137,16 @@ def main() -> None:
         profile_brokers_into(args.profile)
     runs, versions, settings = [], {"python": platform.python_version()}, {}
     load_at_start = os.getloadavg()
-    failures = []
+    failures, left_out = [], []
     for name in args.systems:
         print(f"{name}:", flush=True)
         try:
-            system = make_system(name, args)
+            try:
+                system = make_system(name, args)
+            except SystemUnavailable as why:
+                print(f"  {name} left out: {why}", flush=True)
+                left_out.append({"system": name, "reason": str(why)[:2000]})
+                continue
             with system:
                 versions.update(system.versions())
                 settings[name] = system.settings
@@ -141,11 +157,12 @@ def main() -> None:
     details = {"messages": args.messages, "acked_1_messages": args.acked_1_messages,
                "message_bytes": MESSAGE_BYTES, "sample_every": args.sample_every,
                "versions": versions, "settings": settings, "failures": failures,
+               "left_out": left_out,
                "load_average": {"start": [round(x, 2) for x in load_at_start],
                                 "end": [round(x, 2) for x in os.getloadavg()]}}
     print()
-    write_report(runs, details)
-    png = plot(runs, os.path.join(RESULTS_DIR, "paper.png"),
+    write_report(runs, details, args.results_dir)
+    png = plot(runs, os.path.join(args.results_dir, "paper.png"),
                f"{args.messages:,} messages of {MESSAGE_BYTES} bytes; " +
                ", ".join(f"{k} {v}" for k, v in versions.items()))
     print(f"plot written to {png}")

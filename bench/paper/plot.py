@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt
 
 from bench.paper.timeline import interval_rates
 
-COLOURS = {"mpbroker": "tab:blue", "rabbitmq": "tab:orange", "activemq": "tab:green"}
+COLOURS = {"mpbroker": "tab:blue", "rabbitmq": "tab:orange", "activemq": "tab:green", "kafka": "tab:red"}
 LINE_STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)))
 
 

@@ -1,18 +1,21 @@
 """The paper benchmark's report: every run in one table, mpbroker against each peer in
-a second (with its ratio to it), the issue's targets checked, all written through
-``bench.common.write_results`` to ``bench/results/paper.{json,md}``."""
+a second (with its ratio to it; a peer that did not run has no column), the issue's
+targets checked, all written through ``bench.common.write_results`` to
+``bench/results/paper.{json,md}`` (or another directory)."""
 
-from bench.common import print_table, write_results
+from bench.common import RESULTS_DIR, print_table, write_results
 
-PEERS = ("rabbitmq", "activemq")
+PEERS = ("rabbitmq", "activemq", "kafka")
+MPBROKER_MODES = ("mpbroker", "kafka")  # Kafka's runs are named, and set up, as mpbroker's
 
-# (what is compared, mpbroker's producer mode or "consume", the peers' mode or "consume")
+# (what is compared, mpbroker's (and Kafka's) producer mode or "consume", the queues' mode or "consume")
 COMPARISONS = (
-    ("produce, fire-and-forget, mpbroker batch 50", "b50-ff", "ff"),
-    ("produce, fire-and-forget, mpbroker batch 1", "b1-ff", "ff"),
-    ("produce, acknowledged per message (append / confirm / receipt)", "b1-ack", "ack-1"),
-    ("produce, acknowledged per 50 (append / confirms / transaction)", "b50-ack", "ack-50"),
-    ("produce, acknowledged per 50 once on disk (flush / confirms / transaction)", "b50-flush", "ack-50"),
+    ("produce, fire-and-forget, mpbroker and Kafka batch 50", "b50-ff", "ff"),
+    ("produce, fire-and-forget, mpbroker and Kafka batch 1", "b1-ff", "ff"),
+    ("produce, acknowledged per message (append / confirm / receipt / acks=1)", "b1-ack", "ack-1"),
+    ("produce, acknowledged per 50 (append / confirms / transaction / acks=1)", "b50-ack", "ack-50"),
+    ("produce, acknowledged per 50 once on disk (flush / confirms / transaction / acks=1 "
+     "flush.messages=1)", "b50-flush", "ack-50"),
     ("consume everything, one consumer", "consume", "consume"),
 )
 
@@ -58,26 +61,32 @@ def runs_table(runs: list) -> str:
                        ["system", "experiment", "mode", "messages", "messages/s", "MB/s", "disk B/msg"], rows)
 
 
+def _mode_of(system: str, ours_mode: str, queues_mode: str) -> str:
+    """The run of ``system`` that a comparison row takes: mpbroker's mode, or the queues'."""
+    return ours_mode if system in MPBROKER_MODES else queues_mode
+
+
 def comparison_table(runs: list) -> str:
+    peers = [peer for peer in PEERS if any(run["system"] == peer for run in runs)]
     rows = []
-    for what, ours_mode, peer_mode in COMPARISONS:
+    for what, ours_mode, queues_mode in COMPARISONS:
         ours = find_run(runs, "mpbroker", ours_mode)
         if ours is None:
             continue
         row = [what, _rate(ours)]
-        for peer in PEERS:
-            theirs = find_run(runs, peer, peer_mode)
+        for peer in peers:
+            theirs = find_run(runs, peer, _mode_of(peer, ours_mode, queues_mode))
             row += [_rate(theirs), _ratio(ours, theirs)]
         rows.append(row)
     disk_row = ["disk bytes per 200-byte message"]
-    for system in ("mpbroker", *PEERS):
-        run = find_run(runs, system, "b50-ff" if system == "mpbroker" else "ff")
+    for system in ("mpbroker", *peers):
+        run = find_run(runs, system, _mode_of(system, "b50-ff", "ff"))
         disk_row.append(f"{run['disk_bytes_per_message']:,.1f}" if run else "-")
         if system != "mpbroker":
             disk_row.append("")
     rows.append(disk_row)
     return print_table("mpbroker against the peers (messages/s; ratio = mpbroker / peer)",
-                       ["experiment", "mpbroker", "rabbitmq", "ratio", "activemq", "ratio"], rows)
+                       ["experiment", "mpbroker", *(h for peer in peers for h in (peer, "ratio"))], rows)
 
 
 def check_targets(runs: list) -> tuple:
@@ -97,7 +106,7 @@ def check_targets(runs: list) -> tuple:
     return print_table("Targets of issue 8", ["target", "measured", ""], rows), checks
 
 
-def write_report(runs: list, details: dict) -> str:
+def write_report(runs: list, details: dict, directory: str = RESULTS_DIR) -> str:
     tables = [comparison_table(runs)]
     print()
     tables.append(runs_table(runs))
@@ -110,6 +119,8 @@ def write_report(runs: list, details: dict) -> str:
     text = "\n\n".join(tables) + (f"\n\nVersions: {versions}\nSettings: {details['settings']}\n"
                                   f"Load average (1, 5, 15 min) at the start: {load['start']}, "
                                   f"at the end: {load['end']}")
+    for absent in details.get("left_out", ()):
+        text += f"\n\nLeft out: {absent['system']}: {absent['reason'].splitlines()[0][:300]}"
     for failure in details["failures"]:
         text += f"\n\nFAILED: {failure['system']}: {failure['error'].splitlines()[0][:300]}"
-    return write_results("paper", text, {**details, "targets": checks, "runs": runs})
+    return write_results("paper", text, {**details, "targets": checks, "runs": runs}, directory)
