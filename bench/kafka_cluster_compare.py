@@ -21,8 +21,10 @@ A run, in this order (rows keyed as ``kafka_compare``'s, its table shows them):
   cluster spent over the produce row, per million messages: Kafka's three JVMs; mpbroker's
   three brokers' process trees AND the ZooKeeper JVM (Kafka's controllers run inside its
   JVMs, so mpbroker's cluster cost includes its coordinator too). Each run also keeps the
-  CPU by process (``cpu_by_process``: mpbroker's per role, leader or follower; Kafka's per
-  JVM), for finding where the time goes.
+  CPU by process (``by_process``: mpbroker's ``b<id> acceptor``, ``b<id> worker <slot>``...,
+  Kafka's ``node <id>``) and by role (``by_role``: the leader's acceptor, workers, ...; the
+  followers', summed; ZooKeeper; Kafka's leader JVM and followers' JVMs), for finding where
+  the time goes; the notes give the medians by role.
 """
 
 import os
@@ -46,12 +48,11 @@ NODES = 3
 BROKERS = ("mpbroker", "kafka")
 # row -> (label, unit, higher is better), as kafka_compare.ROWS
 ROWS = {
-    "rf3_produce_acksall": ("three nodes, RF 3: produce, rdkafka_performance, acks=all", "msg/s", True),
-    "rf3_consume": ("three nodes, RF 3: consume, rdkafka_performance", "msg/s", True),
-    "cpu_rf3_produce_acksall": ("three nodes, RF 3: CPU of every cluster process per million messages, produce "
-                                "acks=all (mpbroker's ZooKeeper included)", "s", False),
-    "rf3_startup_s": ("three nodes: start-up until Metadata lists all three (mpbroker's ZooKeeper included)", "s",
-                      False),
+    "rf3_produce_acksall": ("3 nodes, RF 3: produce, rdkafka_performance, acks=all", "msg/s", True),
+    "rf3_consume": ("3 nodes, RF 3: consume, rdkafka_performance", "msg/s", True),
+    "cpu_rf3_produce_acksall": ("3 nodes, RF 3: cluster CPU per million messages, produce acks=all (+ZooKeeper)",
+                                "s", False),
+    "rf3_startup_s": ("3 nodes: start-up until Metadata lists all three (+ZooKeeper)", "s", False),
 }
 QUIET = {"log_level": 3}
 
@@ -143,18 +144,25 @@ def _roots(cluster) -> list:
     return [process.pid for process in cluster.processes]
 
 
+def _node(broker: str, name: str) -> int:
+    """The node id in a process's name (``node 2``, ``b2 acceptor``)."""
+    return int(name.split()[1]) if broker == "kafka" else int(name.split()[0][1:])
+
+
 def _by_role(broker: str, spent: dict, leader: int) -> dict:
-    """CPU by process named for its part in the run: the leader's, a follower's, ZooKeeper's."""
-    named = {}
+    """CPU by the part a process plays in the run, the same names whichever node leads:
+    ``zookeeper``; ``leader <what>`` and ``followers <what>`` (the two summed), where
+    ``<what>`` is ``JVM`` (Kafka) or the process's role (mpbroker: acceptor, worker (its
+    workers summed), registrar, supervisor)."""
+    roles = {}
     for name, seconds in spent.items():
         if name == "zookeeper":
-            named[name] = seconds
-            continue
-        node = int(name.split()[1]) if broker == "kafka" else int(name.split()[0][1:])
-        part = "leader" if node == leader else f"follower {node}"
-        rest = "JVM" if broker == "kafka" else name.split(" ", 1)[1]
-        named[f"{part} {rest}"] = seconds
-    return named
+            role = name
+        else:
+            part = "leader" if _node(broker, name) == leader else "followers"
+            role = f"{part} {'JVM' if broker == 'kafka' else name.split()[1]}"
+        roles[role] = roles.get(role, 0.0) + seconds
+    return roles
 
 
 def one_run(broker: str, args, run: int, message_bytes: int, linger_ms: int) -> dict:
@@ -188,7 +196,8 @@ def one_run(broker: str, args, run: int, message_bytes: int, linger_ms: int) -> 
             figures["rf3_produce_acksall"] = result["messages"] / result["seconds"]
             figures["cpu_rf3_produce_acksall"] = total / args.messages * 1e6
             cpu["rf3_produce_acksall"] = total
-            cpu["by_process"] = {name: round(seconds, 3) for name, seconds in _by_role(broker, spent, leader).items()}
+            cpu["by_process"] = {name: round(seconds, 3) for name, seconds in spent.items()}
+            cpu["by_role"] = {name: round(seconds, 3) for name, seconds in _by_role(broker, spent, leader).items()}
             result = rdkafka_perf.consume(args.program, cluster.bootstrap, topic, args.messages)
             figures["rf3_consume"] = result["messages"] / result["seconds"]
         finally:
@@ -211,14 +220,13 @@ def interleaved(args, message_bytes: int, linger_ms: int) -> dict:
 
 
 def cpu_note(runs: dict, messages: int) -> str:
-    """Where each cluster's produce CPU went, by process (medians over the runs, per
-    million messages): what to look at when mpbroker's cluster is the slower."""
+    """Where each cluster's produce CPU went, by role (medians over the runs, per million
+    messages): what to look at when mpbroker's cluster is the slower."""
     parts = []
     for broker in BROKERS:
-        names = sorted({name for run in runs[broker] for name in run["cluster_cpu_s"]["by_process"]})
-        medians = {name: statistics.median(run["cluster_cpu_s"]["by_process"].get(name, 0.0)
-                                           for run in runs[broker]) / messages * 1e6 for name in names}
-        shown = ", ".join(f"{name} {seconds:.2f}" for name, seconds in medians.items() if seconds >= 0.005)
-        parts.append(f"{broker}: {shown}")
-    return "Three nodes, RF 3, produce acks=all: CPU seconds per million messages by process (medians): " + \
-        "; ".join(parts) + "."
+        roles = sorted({role for run in runs[broker] for role in run["cluster_cpu_s"]["by_role"]})
+        medians = {role: statistics.median(run["cluster_cpu_s"]["by_role"].get(role, 0.0)
+                                           for run in runs[broker]) / messages * 1e6 for role in roles}
+        parts.append(f"{broker}: " + ", ".join(f"{role} {seconds:.2f}" for role, seconds in medians.items()))
+    return "Three nodes, RF 3, produce acks=all: cluster CPU seconds per million messages by role (medians; " \
+        "followers: the two summed): " + "; ".join(parts) + "."

@@ -93,11 +93,16 @@ def test_quick_cluster_run_writes_the_rf3_rows_for_both_clusters(tmp_path):
     for broker, runs in record["cluster_runs"].items():
         (only,) = runs
         assert not only["process_left"] and only["leader"] in (1, 2, 3), only
-        processes = only["cluster_cpu_s"]["by_process"]
-        # every process of the cluster counted, named for its part: the leader and two followers
-        assert sum(name.startswith("leader ") for name in processes) >= (1 if broker == "kafka" else 3), processes
-        assert len({name.split()[1] for name in processes if name.startswith("follower ")}) == 2, processes
-        assert ("zookeeper" in processes) == (broker == "mpbroker"), processes
-    assert "| three nodes, RF 3: produce, rdkafka_performance, acks=all" in run.stdout
+        # every process of the cluster counted (mpbroker: three brokers' and ZooKeeper's), and by role
+        processes, roles = only["cluster_cpu_s"]["by_process"], only["cluster_cpu_s"]["by_role"]
+        expected = ({"node 1", "node 2", "node 3"} if broker == "kafka" else
+                    {"zookeeper", *(f"b{node} {role}" for node in (1, 2, 3)
+                                    for role in ("supervisor", "acceptor", "registrar", "worker 0"))})
+        assert expected <= set(processes), processes
+        assert set(roles) == ({"leader JVM", "followers JVM"} if broker == "kafka" else
+                              {"zookeeper", *(f"{part} {role}" for part in ("leader", "followers")
+                                              for role in ("supervisor", "acceptor", "registrar", "worker"))}), roles
+        assert abs(sum(roles.values()) - sum(processes.values())) < 0.01, (roles, processes)
+    assert "| 3 nodes, RF 3: produce, rdkafka_performance, acks=all" in run.stdout
     assert "mpbroker's cluster is three brokers and a ZooKeeper" in run.stdout
     assert os.listdir(tmp_path) == ["results"]  # both clusters' files are gone
