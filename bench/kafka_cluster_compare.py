@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from bench import rdkafka_perf
-from bench.kafka_peer import kafka_cluster, mpbroker_cluster, timed_start
+from bench.kafka_peer import fair, kafka_cluster, mpbroker_cluster, timed_start
 from mpbroker.testing.local_zookeeper import ZOOKEEPER_JAR
 from mpbroker.testing.process_cpu import cpu_seconds, tree_cpu_seconds
 
@@ -212,6 +212,7 @@ def one_run(broker: str, args, run: int, message_bytes: int, linger_ms: int) -> 
 
 def interleaved(args, message_bytes: int, linger_ms: int) -> dict:
     """``args.runs`` runs of each cluster, taking turns: ``{broker: [run, ...]}``."""
+    print(f"three nodes of each, settings on both: {fair(NODES)}", flush=True)
     runs = {broker: [] for broker in BROKERS}
     for run in range(args.runs):
         for broker in BROKERS:
