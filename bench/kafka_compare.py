@@ -48,11 +48,11 @@ Rows (one run of a broker, in this order):
   messages (acks=0's topic is left out: nothing says its last bytes have landed).
 
 Three nodes of each (``--cluster``, on by default; ``--no-cluster`` leaves them out, and
-``--no-one-node`` everything else: the three-node rows alone), a
-section of its own after the one-node runs (``bench.kafka_cluster_compare``: its own
-interleaved runs, mpbroker cluster, Kafka cluster, ..., one cluster up at a time, each a
-fresh ZooKeeper and three mpbroker brokers, or three KRaft JVMs, with replication factor 3
-and ``min.insync.replicas`` 2 on both):
+``--no-one-node`` everything else: the three-node rows alone), a section of its own after
+the one-node runs (``bench.kafka_cluster_compare``: its own interleaved runs, mpbroker
+cluster, Kafka cluster, ..., one cluster up at a time, each a fresh ZooKeeper and three
+mpbroker brokers, or three KRaft JVMs, with replication factor 3 and
+``min.insync.replicas`` 2 on both):
 
 - ``rf3_produce_acksall``: ``rdkafka_performance -P`` with acks=all (``-a -1``), N messages
   of 200 B, ``linger.ms`` 5, to a fresh RF 3 topic made with CreateTopics and waited for
@@ -60,7 +60,8 @@ and ``min.insync.replicas`` 2 on both):
 - ``rf3_consume``: ``rdkafka_performance -C`` of that topic: msg/s.
 - ``cpu_rf3_produce_acksall``: CPU seconds per million messages of every process of the
   cluster over that produce: mpbroker's ZooKeeper counted with its brokers (Kafka's KRaft
-  controllers are inside its JVMs); the notes give it by process (leader, followers, ZooKeeper).
+  controllers are inside its JVMs); the notes give it by role (the leader's acceptor and
+  workers, the followers', ZooKeeper; Kafka's leader JVM and followers' JVMs).
 - ``rf3_startup_s``: from the cluster's start until the first node's Metadata lists three
   brokers (mpbroker's: ZooKeeper's start included; Kafka's storage format not).
 
