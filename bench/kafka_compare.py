@@ -1,6 +1,7 @@
 """mpbroker beside Apache Kafka 4.4 on this machine, the same client against both, in one run.
 
     python -m bench.kafka_compare [--runs 5] [--messages N] [--quick] [--dir D] [--results-dir D]
+                                  [--no-kafka-tools] [--no-cluster] [--no-one-node]
 
 One node of each (``bench.kafka_peer``: the same flush policy, segment size, partitions,
 replication factor and ``min.insync.replicas``, printed; Kafka's heap -Xms1g -Xmx1g).
@@ -46,6 +47,24 @@ Rows (one run of a broker, in this order):
   partition directories (log segments and indexes) after the produce rows, over their 2N
   messages (acks=0's topic is left out: nothing says its last bytes have landed).
 
+Three nodes of each (``--cluster``, on by default; ``--no-cluster`` leaves them out, and
+``--no-one-node`` everything else: the three-node rows alone), a section of its own after
+the one-node runs (``bench.kafka_cluster_compare``: its own interleaved runs, mpbroker
+cluster, Kafka cluster, ..., one cluster up at a time, each a fresh ZooKeeper and three
+mpbroker brokers, or three KRaft JVMs, with replication factor 3 and
+``min.insync.replicas`` 2 on both):
+
+- ``rf3_produce_acksall``: ``rdkafka_performance -P`` with acks=all (``-a -1``), N messages
+  of 200 B, ``linger.ms`` 5, to a fresh RF 3 topic made with CreateTopics and waited for
+  until its ISR holds all three (after ``--warmup`` messages to another RF 3 topic): msg/s.
+- ``rf3_consume``: ``rdkafka_performance -C`` of that topic: msg/s.
+- ``cpu_rf3_produce_acksall``: CPU seconds per million messages of every process of the
+  cluster over that produce: mpbroker's ZooKeeper counted with its brokers (Kafka's KRaft
+  controllers are inside its JVMs); the notes give it by role (the leader's acceptor and
+  workers, the followers', ZooKeeper; Kafka's leader JVM and followers' JVMs).
+- ``rf3_startup_s``: from the cluster's start until the first node's Metadata lists three
+  brokers (mpbroker's: ZooKeeper's start included; Kafka's storage format not).
+
 Ratio column: always "how many times better mpbroker is": mpbroker/Kafka for throughput
 (higher is better), Kafka/mpbroker for memory, start-up time and disk (lower is better).
 Above 1: mpbroker does better. Where ``rdkafka_performance`` cannot be built (or Kafka
@@ -62,7 +81,7 @@ import tempfile
 import threading
 import time
 
-from bench import kafka_tools_perf, rdkafka_perf
+from bench import kafka_cluster_compare, kafka_tools_perf, rdkafka_perf
 from bench.common import RESULTS_DIR, print_table, write_results
 from bench.disk_usage import allocated_bytes
 from bench.interrupts import stop_on_signals
@@ -95,6 +114,7 @@ ROWS = {
     "startup_s": ("start-up until Metadata answers", "s", False),
     "disk_bytes_per_message": ("disk bytes per 200 B message", "B", False),
 }
+ROWS.update(kafka_cluster_compare.ROWS)  # three nodes of each: their own runs (``cluster_runs``)
 BROKERS = ("mpbroker", "kafka")
 
 
@@ -226,6 +246,10 @@ def parse_args(argv=None):
     parser.add_argument("--rest", type=float, help="seconds a broker rests before its RSS at rest (default 3)")
     parser.add_argument("--kafka-tools", dest="tools", action=argparse.BooleanOptionalAction, default=True,
                         help="the kafka-producer-perf-test / kafka-consumer-perf-test rows (default: on)")
+    parser.add_argument("--cluster", action=argparse.BooleanOptionalAction, default=True,
+                        help="the three-node RF 3 rows (rf3_*; default: on)")
+    parser.add_argument("--one-node", dest="one_node", action=argparse.BooleanOptionalAction, default=True,
+                        help="the one-node rows, every row but rf3_* (default: on)")
     parser.add_argument("--warmup", type=int, help="messages produced and consumed unmeasured first (default 100,000)")
     parser.add_argument("--dir", default=None, help="where the brokers' files go (default: TMPDIR)")
     parser.add_argument("--results-dir", default=RESULTS_DIR, help="where kafka_compare.json and .md go")
@@ -260,15 +284,20 @@ def main(argv=None) -> int:
     print(f"settings on both: {settings}", flush=True)
     load_before = os.getloadavg()
     runs = {broker: [] for broker in BROKERS}
-    for run in range(args.runs):
+    for run in range(args.runs if args.one_node else 0):
         for broker in BROKERS:
             runs[broker].append(one_run(broker, args, run))
+    cluster_missing = ("--no-cluster" if not args.cluster else "no rdkafka_performance (above)" if rdkafka_missing
+                       else kafka_cluster_compare.missing())
+    cluster_runs = {} if cluster_missing else kafka_cluster_compare.interleaved(args, MESSAGE_BYTES, LINGER_MS)
     load_after = os.getloadavg()
-    rows = [summary(name, runs) for name in ROWS]
+    rows = [summary(name, {broker: runs[broker] + cluster_runs.get(broker, []) for broker in BROKERS})
+            for name in ROWS]
     rows = [row for row in rows if "ratio" in row]
     print()
     table = print_table(
-        f"mpbroker beside Apache Kafka {apache_kafka.DEFAULT_VERSION}, one node each, the same client "
+        f"mpbroker beside Apache Kafka {apache_kafka.DEFAULT_VERSION}, one node each (three for the RF 3 rows), "
+        f"the same client "
         f"(librdkafka's rdkafka_performance), {args.messages:,} messages of {MESSAGE_BYTES} B a produce row, "
         f"medians of {args.runs} interleaved runs; ratio above 1: mpbroker better "
         f"(mpbroker/Kafka for msg/s, Kafka/mpbroker for MiB, s, ms and B)",
@@ -286,7 +315,15 @@ def main(argv=None) -> int:
         notes.append(f"The rdkafka_performance rows and the disk row are left out: {rdkafka_missing}")
     if tools_missing:
         notes.append(f"The kafka-*-perf-test rows are left out: {tools_missing}")
-    left = [broker for broker in BROKERS for run in runs[broker] if run["process_left"]]
+    if cluster_missing:
+        notes.append(f"The three-node rows are left out: {cluster_missing}")
+    else:
+        notes.append("Three nodes of each for the RF 3 rows: replication factor 3, min.insync.replicas 2, the "
+                     "settings above otherwise; mpbroker's cluster is three brokers and a ZooKeeper (a JVM), "
+                     "whose CPU and start-up are counted in its rows.")
+        notes.append(kafka_cluster_compare.cpu_note(cluster_runs, args.messages))
+    left = [broker for broker in BROKERS for run in runs[broker] + cluster_runs.get(broker, [])
+            if run["process_left"]]
     if left:
         notes.append(f"A broker process was still running after its stop: {left}")
     load = (f"load average (1 min) {load_before[0]:.2f} at the start, {load_after[0]:.2f} at the end")
@@ -297,8 +334,10 @@ def main(argv=None) -> int:
         "settings": {**settings, "messages": args.messages, "runs": args.runs, "rest_s": args.rest,
                      "warmup": args.warmup,
                      "message_bytes": MESSAGE_BYTES, "linger_ms": LINGER_MS, "quick": args.quick},
-        "versions": versions, "rows": rows, "runs": runs,
+        "cluster_settings": fair(3) if cluster_runs else None,
+        "versions": versions, "rows": rows, "runs": runs, "cluster_runs": cluster_runs,
         "rdkafka_performance_left_out": rdkafka_missing or None, "kafka_tools_left_out": tools_missing or None,
+        "cluster_left_out": cluster_missing or None,
         "load_average": {"start": [round(x, 2) for x in load_before], "end": [round(x, 2) for x in load_after]},
     }, args.results_dir)
     return 1 if left else 0

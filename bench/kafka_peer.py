@@ -8,7 +8,10 @@ The Kafka side is ``mpbroker.testing.apache_kafka`` (jars fetched with mvn into
 controller in one JVM), ``kafka_cluster`` three of them, each its own JVM, log dir and
 ports, a static three-voter quorum. The heap is set explicitly, as Kafka's own start script
 does: -Xms1g -Xmx1g. ``mpbroker_node`` is mpbroker (``BenchBroker``, a process tree:
-supervisor, acceptor and workers) with the same settings.
+supervisor, acceptor and workers) with the same settings; ``mpbroker_cluster`` three of
+them and the real ZooKeeper they register in (``mpbroker.testing.local_cluster``: Debian's
+``zookeeper``, one JVM). ZooKeeper is part of mpbroker's cluster and of its cost (CPU,
+memory, start-up), as Kafka's KRaft controllers are inside its three JVMs.
 
 The shared settings (``FAIR``):
 
@@ -18,7 +21,8 @@ The shared settings (``FAIR``):
   messages or 3 s, so it is set to the same here (``log.flush.interval`` and
   ``log.default.flush.interval.ms`` to 2**31-1: no flush in a run).
 - segment size 1 GiB (both brokers' default), one partition a topic, replication factor 1
-  and ``min.insync.replicas`` 1 on one node; 3 and 2 on three.
+  and ``min.insync.replicas`` 1 on one node; 3 and 2 on three (``default.replication.factor``
+  and ``min.insync.replicas``, the same keys on both).
 
 Bench-only helpers beside them: the resident memory of a process tree (``tree_rss_bytes``,
 from /proc: mpbroker is several processes) and the start-up time of a broker (from its
@@ -33,6 +37,7 @@ import time
 
 from bench.broker_process import BenchBroker
 from mpbroker.testing import apache_kafka
+from mpbroker.testing.local_cluster import LocalCluster
 from mpbroker.testing.process_cpu import process_tree
 
 HEAP = "1g"  # -Xmx and -Xms, as kafka-server-start.sh's default
@@ -72,6 +77,12 @@ def kafka_cluster(directory, nodes: int = 3) -> apache_kafka.ApacheKafkaCluster:
 def mpbroker_node(base_dir=None) -> BenchBroker:
     """mpbroker on a Kafka port chosen now (so start-up can be timed from outside)."""
     return BenchBroker(base_dir, kafka_port=apache_kafka.free_port(), **mpbroker_properties(1))
+
+
+def mpbroker_cluster(directory, nodes: int = 3) -> LocalCluster:
+    """ZooKeeper and ``nodes`` mpbroker brokers in ``directory`` with the same settings as
+    ``kafka_cluster``; each broker's Kafka port chosen now (start-up is timed from outside)."""
+    return LocalCluster(directory, nodes, **mpbroker_properties(nodes))
 
 
 def tree_rss_bytes(root: int) -> int:

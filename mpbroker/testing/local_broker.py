@@ -48,12 +48,22 @@ class LocalBroker:
     def start(self, timeout: float = 30.0) -> "LocalBroker":
         """Start ``mpbroker serve`` and return once it is ready: it accepts connections
         and, with ZooKeeper, is registered (or gave up waiting: see mpbroker.supervisor)."""
+        self.launch()
+        return self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start ``mpbroker serve`` without waiting (``wait_ready`` waits): a cluster's
+        brokers come up side by side."""
         with open(self.output_path, "a") as output:
             self.process = subprocess.Popen(
                 [*self.wrapper, sys.executable, "-m", "mpbroker", "serve", self.config_path],
                 stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, **self.env} if self.env else None,
             )
+
+    def wait_ready(self, timeout: float = 30.0) -> "LocalBroker":
+        """Return once the launched broker says it is ready (its status); raise if it
+        exits first or is not ready in ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
