@@ -244,7 +244,7 @@ class Controller:
         except NoNodeError:
             if not may_start:
                 return  # a topic new this round: every broker learns it is replicated first (below)
-            state = _with_broker_epoch(first_state(replicas, live, self.epoch), live)
+            state = _with_broker_epochs(first_state(replicas, live, self.epoch), live)
             if state is not None:
                 try:
                     self.client.create(path, state.value(), makepath=True)
@@ -269,8 +269,8 @@ class Controller:
         bounced = {broker for broker in (current.leader, *current.isr)
                    if broker in live and (broker in again or broker in pending
                                           or _bounced_since(current, stat.mzxid, broker, live))}
-        state = _with_broker_epoch(next_state(current, replicas, live, self.epoch, unclean=self.unclean,
-                                              bounced=bounced), live)
+        state = _with_broker_epochs(next_state(current, replicas, live, self.epoch, unclean=self.unclean,
+                                               bounced=bounced), live, current)
         conflict = False
         if state is not None:
             try:
@@ -292,16 +292,28 @@ class Controller:
 
 def _bounced_since(state, mzxid: int, broker: int, live: dict) -> bool:
     """Whether live ``broker`` registered again since ``state`` (last written at
-    ``mzxid``) was decided: for its leader, when the state names the leader's broker
-    epoch, that is not the live one; otherwise (an ISR member, or a state without the
-    field) the broker registered after the state was written."""
+    ``mzxid``) was decided: when the state names the broker epoch it was decided
+    with (``leader_broker_epoch`` for its leader, else ``isr_broker_epochs``), when
+    that is not the live one; otherwise (a state without it, or a member a leader
+    added) when the broker registered after the state was written."""
     if broker == state.leader and state.leader_broker_epoch is not None:
         return state.leader_broker_epoch != live[broker]
+    recorded = state.isr_broker_epoch(broker)
+    if recorded is not None:
+        return recorded != live[broker]
     return live[broker] > mzxid
 
 
-def _with_broker_epoch(state, live: dict):
-    """``state`` naming its leader's broker epoch as read this round (None stays None)."""
-    if state is None or state.leader == replication.NO_LEADER:
+def _with_broker_epochs(state, live: dict, current=None):
+    """``state`` naming the broker epochs it was decided with (None stays None): its
+    leader's and every live ISR member's as read this round; an ISR member not live
+    (an offline state keeps its ISR) keeps what ``current`` recorded for it."""
+    if state is None:
+        return state
+    epochs = {broker: live[broker] if broker in live else current and current.isr_broker_epoch(broker)
+              for broker in state.isr}
+    state = state._replace(isr_broker_epochs={broker: epoch for broker, epoch in epochs.items()
+                                              if epoch is not None} or None)
+    if state.leader == replication.NO_LEADER:
         return state
     return state._replace(leader_broker_epoch=live[state.leader])
