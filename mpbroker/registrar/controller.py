@@ -29,17 +29,24 @@ while the id was missing (it looks once per registrar step, and a restarted brok
 registers a few hundred milliseconds after its old session expired; a new controller
 was not looking at all), the set of live ids is the same as before. So the
 controller keeps each live broker's broker epoch, the czxid of its registration
-node, and writes the leader's, as it read it at the start of the round, into every
-state that names a leader (``leader_broker_epoch``, also in first states). A broker
-is bounced for a partition when its czxid changed between two rounds; or, when it is
-the leader and the state names a broker epoch, when that is not its live one (it
-registered again since it was elected, even between the read and the write of the
-very round that elected it: that state's mzxid is above its new czxid); or else when
-it registered after the partition's state was last written (its czxid is above the
-state node's mzxid: whatever that state says about it was said about its previous
-life; the rule for ISR members and for states without the field). The leader rule
-is exact: a state rewritten with the leader's live broker epoch no longer bounces
-it. A bounced broker is a failure and a startup (``leader_election``): it may have
+node, and writes those it read at the start of the round into every state it
+writes (first states too): the leader's (``leader_broker_epoch``) and every ISR
+member's (``isr_broker_epochs``, the leader's included; a member of an offline
+state's kept ISR, not live, keeps the one recorded before). A broker is bounced for
+a partition when its czxid changed between two rounds; or, when the state names a
+broker epoch for it (``leader_broker_epoch`` if it leads there, else its entry in
+``isr_broker_epochs``), when that is not its live one (it registered again since the
+state was decided, even between the read and the write of the very round that wrote
+it: that state's mzxid is above its new czxid, and a new controller has no earlier
+round to compare with); or else when it registered after the partition's state was
+last written (its czxid is above the state node's mzxid: whatever that state says
+about it was said about its previous life; the rule for states written by older
+code and for a member a leader added to its ISR, whose registration the leader does
+not know: ``replica_roles``). The recorded rule is exact: a state rewritten with a
+broker's live broker epoch no longer bounces it; and it errs only towards a bounce
+(an epoch read before a registration that a leader's ISR write then vouched for,
+recorded by a rewrite, takes that member out once more: it catches up and rejoins).
+A bounced broker is a failure and a startup (``leader_election``): it may have
 lost what it had acknowledged (a power cut takes what no fsync covered), so it
 leaves the ISR and its leaderships go to other ISR members, or back to it at a new
 leader epoch. The brokers hold their side (``replica_roles``): a broker leads only
