@@ -29,17 +29,24 @@ while the id was missing (it looks once per registrar step, and a restarted brok
 registers a few hundred milliseconds after its old session expired; a new controller
 was not looking at all), the set of live ids is the same as before. So the
 controller keeps each live broker's broker epoch, the czxid of its registration
-node, and writes the leader's, as it read it at the start of the round, into every
-state that names a leader (``leader_broker_epoch``, also in first states). A broker
-is bounced for a partition when its czxid changed between two rounds; or, when it is
-the leader and the state names a broker epoch, when that is not its live one (it
-registered again since it was elected, even between the read and the write of the
-very round that elected it: that state's mzxid is above its new czxid); or else when
-it registered after the partition's state was last written (its czxid is above the
-state node's mzxid: whatever that state says about it was said about its previous
-life; the rule for ISR members and for states without the field). The leader rule
-is exact: a state rewritten with the leader's live broker epoch no longer bounces
-it. A bounced broker is a failure and a startup (``leader_election``): it may have
+node, and writes those it read at the start of the round into every state it
+writes (first states too): the leader's (``leader_broker_epoch``) and every ISR
+member's (``isr_broker_epochs``, the leader's included; a member of an offline
+state's kept ISR, not live, keeps the one recorded before). A broker is bounced for
+a partition when its czxid changed between two rounds; or, when the state names a
+broker epoch for it (``leader_broker_epoch`` if it leads there, else its entry in
+``isr_broker_epochs``), when that is not its live one (it registered again since the
+state was decided, even between the read and the write of the very round that wrote
+it: that state's mzxid is above its new czxid, and a new controller has no earlier
+round to compare with); or else when it registered after the partition's state was
+last written (its czxid is above the state node's mzxid: whatever that state says
+about it was said about its previous life; the rule for states written by older
+code and for a member a leader added to its ISR, whose registration the leader does
+not know: ``replica_roles``). The recorded rule is exact: a state rewritten with a
+broker's live broker epoch no longer bounces it; and it errs only towards a bounce
+(an epoch read before a registration that a leader's ISR write then vouched for,
+recorded by a rewrite, takes that member out once more: it catches up and rejoins).
+A bounced broker is a failure and a startup (``leader_election``): it may have
 lost what it had acknowledged (a power cut takes what no fsync covered), so it
 leaves the ISR and its leaderships go to other ISR members, or back to it at a new
 leader epoch. The brokers hold their side (``replica_roles``): a broker leads only
@@ -244,7 +251,7 @@ class Controller:
         except NoNodeError:
             if not may_start:
                 return  # a topic new this round: every broker learns it is replicated first (below)
-            state = _with_broker_epoch(first_state(replicas, live, self.epoch), live)
+            state = _with_broker_epochs(first_state(replicas, live, self.epoch), live)
             if state is not None:
                 try:
                     self.client.create(path, state.value(), makepath=True)
@@ -269,8 +276,8 @@ class Controller:
         bounced = {broker for broker in (current.leader, *current.isr)
                    if broker in live and (broker in again or broker in pending
                                           or _bounced_since(current, stat.mzxid, broker, live))}
-        state = _with_broker_epoch(next_state(current, replicas, live, self.epoch, unclean=self.unclean,
-                                              bounced=bounced), live)
+        state = _with_broker_epochs(next_state(current, replicas, live, self.epoch, unclean=self.unclean,
+                                               bounced=bounced), live, current)
         conflict = False
         if state is not None:
             try:
@@ -292,16 +299,28 @@ class Controller:
 
 def _bounced_since(state, mzxid: int, broker: int, live: dict) -> bool:
     """Whether live ``broker`` registered again since ``state`` (last written at
-    ``mzxid``) was decided: for its leader, when the state names the leader's broker
-    epoch, that is not the live one; otherwise (an ISR member, or a state without the
-    field) the broker registered after the state was written."""
+    ``mzxid``) was decided: when the state names the broker epoch it was decided
+    with (``leader_broker_epoch`` for its leader, else ``isr_broker_epochs``), when
+    that is not the live one; otherwise (a state without it, or a member a leader
+    added) when the broker registered after the state was written."""
     if broker == state.leader and state.leader_broker_epoch is not None:
         return state.leader_broker_epoch != live[broker]
+    recorded = state.isr_broker_epoch(broker)
+    if recorded is not None:
+        return recorded != live[broker]
     return live[broker] > mzxid
 
 
-def _with_broker_epoch(state, live: dict):
-    """``state`` naming its leader's broker epoch as read this round (None stays None)."""
-    if state is None or state.leader == replication.NO_LEADER:
+def _with_broker_epochs(state, live: dict, current=None):
+    """``state`` naming the broker epochs it was decided with (None stays None): its
+    leader's and every live ISR member's as read this round; an ISR member not live
+    (an offline state keeps its ISR) keeps what ``current`` recorded for it."""
+    if state is None:
+        return state
+    epochs = {broker: live[broker] if broker in live else current and current.isr_broker_epoch(broker)
+              for broker in state.isr}
+    state = state._replace(isr_broker_epochs={broker: epoch for broker, epoch in epochs.items()
+                                              if epoch is not None} or None)
+    if state.leader == replication.NO_LEADER:
         return state
     return state._replace(leader_broker_epoch=live[state.leader])

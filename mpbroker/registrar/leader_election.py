@@ -15,7 +15,7 @@ The rules (Kafka 0.8's, with what Jepsen 2013 taught):
   lost. With unclean election enabled, a live replica outside the ISR is elected
   instead, at the price of losing what only the ISR had.
 - A bounced broker (KIP-380: it registered again, with a new czxid, since the state
-  was written, without the controller seeing it dead) counts as a failure and a
+  was decided, without the controller seeing it dead) counts as a failure and a
   startup: it restarted with the log it has now, which may lack what it had
   acknowledged (a power cut loses what no fsync covered), so it holds nothing the
   ISR vouched for. It leaves the ISR, and a partition it led gets the first other

@@ -29,6 +29,18 @@ broker's leadership needs no such wait. Nor does it lead before it is registered
 under its session at all (a step reads the roles before it registers). A leader's
 ISR change keeps the field as it was.
 
+The controller also records the broker epoch of every ISR member it decided about
+(``isr_broker_epochs``), so that a member that registered again since is seen as
+bounced even by a new controller. A leader's ISR change keeps the recorded epochs of
+the members that stay and records none for a member it adds: this registrar does not
+know which registration of that broker caught up (the follower's fetches do not
+carry its broker epoch; reading ``/brokers/ids/<id>`` now would name whatever
+registration is there, perhaps one after a restart that lost what the fetches
+copied, and record it as vouched for). Without an entry the controller applies the
+mzxid rule to that member, as before: it is bounced if it registered after the
+state was written. The window left, a follower restarted between its last fetch
+and the leader's write, would need the broker epoch in the fetch (Kafka's KIP-903).
+
 An ISR change (``request_isr``) is a leader's, relayed by the supervisor: it is written
 only if the state node still names this broker as leader with the same leader epoch,
 and conditionally on the version the leader acted under (Kafka 0.8's
@@ -193,7 +205,7 @@ class ReplicaRoles:
             self._entries.pop((topic, partition), None)  # make sure the worker hears the current state
             return
         isr = tuple(message["isr"])
-        new = state._replace(isr=isr)
+        new = state.with_isr(isr)  # the members that stay keep their broker epochs; one added gets none
         try:
             self.client.set(path, new.value(), version=stat.version)
         except BadVersionError:

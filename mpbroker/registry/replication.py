@@ -6,7 +6,8 @@ paths and parse their values with these.
                                                       [,"record_batches":true]}
     /brokers/topics/<topic>/partitions/<p>/state     {"version":1,"leader":L,"leader_epoch":E,
                                                       "isr":[...],"controller_epoch":C,
-                                                      "leader_broker_epoch":Z}
+                                                      "leader_broker_epoch":Z,
+                                                      "isr_broker_epochs":{"<id>":Z,...}}
     /controller                                      {"version":1,"brokerid":B,"timestamp":"<ms>"}  ephemeral
     /controller_epoch                                "<epoch>"
 
@@ -22,6 +23,13 @@ controller read it when it elected it (the czxid of ``/brokers/ids/<leader>``,
 KIP-380): the leader leads under the state only while it is still that
 registration. It is optional: absent in a state without a leader and in states
 written by older code; a leader keeps it when it changes the ISR.
+
+``isr_broker_epochs`` (not Kafka 0.8's either) is the same for the ISR's members:
+broker id -> the broker epoch of the registration the state was decided about
+(the controller writes every member's it knows, the leader's included). A member
+it does not name (a state written by older code, or a member the leader added to
+its ISR: ``with_isr``) falls under the mzxid rule. Written only when not empty;
+an entry for a broker outside the ISR makes the value not a state.
 
 ``record_batches`` (not Kafka 0.8's) is the format of the topic's partition logs: true,
 they hold modern record batches (``segments.record_format``: a topic for modern
@@ -54,12 +62,25 @@ class PartitionState(NamedTuple):
     isr: tuple  # broker ids of the in-sync replicas, leader included
     controller_epoch: int
     leader_broker_epoch: int | None = None  # the leader's registration czxid when elected; None: not recorded
+    isr_broker_epochs: dict | None = None  # ISR member -> its registration czxid when decided; None: none recorded
+
+    def isr_broker_epoch(self, broker: int):
+        """The broker epoch this state records for ISR member ``broker``, None if none."""
+        return (self.isr_broker_epochs or {}).get(broker)
+
+    def with_isr(self, isr):
+        """This state with ISR ``isr``: the members that stay keep their recorded
+        broker epochs, one that joins gets none."""
+        kept = {broker: epoch for broker, epoch in (self.isr_broker_epochs or {}).items() if broker in isr}
+        return self._replace(isr=tuple(isr), isr_broker_epochs=kept or None)
 
     def value(self) -> bytes:
         document = {"version": 1, "leader": self.leader, "leader_epoch": self.leader_epoch,
                     "isr": list(self.isr), "controller_epoch": self.controller_epoch}
         if self.leader_broker_epoch is not None:  # only when set: older readers see Kafka 0.8's value
             document["leader_broker_epoch"] = self.leader_broker_epoch
+        if self.isr_broker_epochs:
+            document["isr_broker_epochs"] = {str(broker): epoch for broker, epoch in self.isr_broker_epochs.items()}
         return json.dumps(document, separators=(",", ":")).encode()
 
 
@@ -122,17 +143,22 @@ def parse_topic_format(topic: str, value: bytes) -> bool:
 
 def parse_partition_state(topic: str, partition: int, value: bytes) -> PartitionState:
     """The state in a state node's value (``leader_broker_epoch`` None when the value has
-    none: older code's, or a state without a leader). LayoutError if it is not one."""
+    none: older code's, or a state without a leader; ``isr_broker_epochs`` None when it
+    names no member's). LayoutError if it is not one."""
     try:
         document = json.loads(value)
         broker_epoch = document.get("leader_broker_epoch")
-        state = PartitionState(int(document["leader"]), int(document["leader_epoch"]),
-                               tuple(int(broker) for broker in document["isr"]),
+        isr = tuple(int(broker) for broker in document["isr"])
+        members = {int(broker): int(epoch) for broker, epoch in (document.get("isr_broker_epochs") or {}).items()}
+        state = PartitionState(int(document["leader"]), int(document["leader_epoch"]), isr,
                                int(document["controller_epoch"]),
-                               None if broker_epoch is None else int(broker_epoch))
+                               None if broker_epoch is None else int(broker_epoch), members or None)
     except (ValueError, TypeError, KeyError, AttributeError):
         raise LayoutError(f"{partition_state_path(topic, partition)}: {value[:100]!r} "
                           "is not a partition state") from None
+    if not set(members) <= set(isr):
+        raise LayoutError(f"{partition_state_path(topic, partition)}: isr_broker_epochs names brokers outside "
+                          f"the ISR {list(isr)}: {sorted(set(members) - set(isr))}")
     return state
 
 

@@ -2,8 +2,9 @@
 at a time with a growing epoch, first states for a new topic, failover of leaders when
 a broker's session ends, a stale controller that can neither overwrite a newer
 state nor keep acting, and brokers that registered again unseen (bounced: their
-czxid changed between rounds, differs from the leader's broker epoch the state names,
-or is newer than the state), even during the round that elects them. Then the same
+czxid changed between rounds, differs from the broker epoch the state names for the
+leader or an ISR member, or is newer than the state), even during the round that
+writes the state, for a new controller too. Then the same
 with three real brokers: the controller runs in a broker's registrar, and SIGKILL of
 the controller's broker moves both the controllership and that broker's leaderships."""
 
@@ -56,8 +57,10 @@ def broker_epoch(client, broker_id: int) -> int:
 
 
 def elected(client, leader: int, leader_epoch: int, isr, controller_epoch: int) -> PartitionState:
-    """The state the controller writes for ``leader``: its broker epoch as registered now."""
-    return PartitionState(leader, leader_epoch, tuple(isr), controller_epoch, broker_epoch(client, leader))
+    """The state the controller writes for ``leader`` and ``isr``: their broker epochs
+    as registered now."""
+    return PartitionState(leader, leader_epoch, tuple(isr), controller_epoch, broker_epoch(client, leader),
+                          {member: broker_epoch(client, member) for member in isr})
 
 
 def next_round(controller) -> None:
@@ -134,10 +137,11 @@ def test_no_live_isr_member_leaves_the_partition_offline_until_one_is_back(sessi
     wait_for(lambda: topic_admin.live_brokers(observer) == sorted([leader, 9]), 10, what="the follower gone")
     controller.step()
     assert states(observer, "t", 1)[0] == elected(observer, leader, 1, (leader,), 1)
+    last_life = broker_epoch(observer, leader)
     close_client(by_id[leader])  # then the last ISR member
     wait_for(lambda: topic_admin.live_brokers(observer) == [9], 10, what="both replicas gone")
-    controller.step()
-    assert states(observer, "t", 1)[0] == PartitionState(NO_LEADER, 2, (leader,), 1)
+    controller.step()  # the ISR kept, with the broker epoch it vouched for
+    assert states(observer, "t", 1)[0] == PartitionState(NO_LEADER, 2, (leader,), 1, None, {leader: last_life})
     sessions(follower)  # the follower is back: it may lack acknowledged writes, so no leader
     wait_for(lambda: len(topic_admin.live_brokers(observer)) == 2, 10, what="the follower back")
     controller.step()
@@ -175,10 +179,12 @@ def test_a_broker_registered_again_between_rounds_is_bounced(sessions):
     controller.step()  # the same live ids, a new czxid for broker 1: a round at once
     # Its leadership goes to the next ISR member, and it leaves every ISR it was in.
     assert states(observer, "t", 2) == [elected(observer, 2, 1, (2, 3), 1), elected(observer, 2, 1, (2, 3), 1)]
-    # It rejoins once caught up (its leader writes the ISR): not bounced again.
-    observer.set(replication.partition_state_path("t", 0), elected(observer, 2, 1, (2, 3, 1), 1).value())
+    # It rejoins once caught up (its leader writes the ISR, with no broker epoch for
+    # it): not bounced again (registered before that write).
+    rejoined = elected(observer, 2, 1, (2, 3), 1).with_isr((2, 3, 1))
+    observer.set(replication.partition_state_path("t", 0), rejoined.value())
     next_round(controller)
-    assert states(observer, "t", 2)[0] == elected(observer, 2, 1, (2, 3, 1), 1)
+    assert states(observer, "t", 2)[0] == rejoined
 
 
 def test_a_bounce_met_by_a_write_conflict_is_applied_at_the_next_round(sessions, monkeypatch):
@@ -227,7 +233,7 @@ def test_a_write_conflict_keeps_a_bounce_pending_only_where_it_was_not_applied(s
     handled = [elected(observer, 2, 1, (2,), 1), elected(observer, 1, 1, (1,), 1)]
     assert states(observer, "t", 3) == [*handled, rewritten]
     # Broker 1 catches up with partition 0's new leader, which writes it back into the ISR.
-    rejoined = elected(observer, 2, 1, (2, 1), 1)
+    rejoined = handled[0].with_isr((2, 1))
     observer.set(replication.partition_state_path("t", 0), rejoined.value())
     next_round(controller)  # only partition 2 is pending: it leaves that ISR, and nothing else moves
     assert states(observer, "t", 3) == [rejoined, handled[1], elected(observer, 2, 1, (2,), 1)]
@@ -282,8 +288,7 @@ def roles_of(client, broker_id: int) -> dict:
 
 def test_a_leader_that_registered_again_during_the_round_electing_it_does_not_lead(sessions, monkeypatch):
     by_id, observer, first = settled(sessions, {0: [1, 2, 3], 1: [1, 2]})
-    assert states(observer, "t", 2) == [PartitionState(1, 0, (1, 2, 3), 1, broker_epoch(observer, 1)),
-                                        PartitionState(1, 0, (1, 2), 1, broker_epoch(observer, 1))]
+    assert states(observer, "t", 2) == [elected(observer, 1, 0, (1, 2, 3), 1), elected(observer, 1, 0, (1, 2), 1)]
     close_client(by_id[1])  # the leader dies: broker 2 is elected in both partitions
     wait_for(lambda: not observer.exists(layout.broker_path(1)), 10, what="broker 1 gone")
     stale = broker_epoch(observer, 2)  # what the round reads before it decides
@@ -304,19 +309,48 @@ def test_a_leader_that_registered_again_during_the_round_electing_it_does_not_le
     # naming the registration the controller read: broker 2 does not lead under them.
     path = replication.partition_state_path("t", 0)
     assert observer.exists(path).mzxid > fresh
-    assert [state.leader_broker_epoch for state in written] == [stale, stale]
+    assert [(state.leader_broker_epoch, state.isr_broker_epoch(2)) for state in written] == [(stale, stale)] * 2
     assert roles_of(by_id[2], 2) == {("t", 0): ("offline", 1), ("t", 1): ("offline", 1)}
 
     first.resign()
     second = Controller(observer, 9)  # a new controller: no round before, only the states tell
     second.step()
     assert second.epoch == 2
-    assert states(observer, "t", 2) == [PartitionState(3, 2, (3,), 2, broker_epoch(observer, 3)),  # moved
-                                        PartitionState(2, 2, (2,), 2, fresh)]  # the only live ISR member
+    assert states(observer, "t", 2) == [elected(observer, 3, 2, (3,), 2),  # moved
+                                        elected(observer, 2, 2, (2,), 2)]  # the only live ISR member
+    assert broker_epoch(observer, 2) == fresh
     assert roles_of(by_id[2], 2) == {("t", 0): ("follower", 2), ("t", 1): ("leader", 2)}
     next_round(second)  # rewritten with its broker epoch: not bounced any more
-    assert states(observer, "t", 2) == [PartitionState(3, 2, (3,), 2, broker_epoch(observer, 3)),
-                                        PartitionState(2, 2, (2,), 2, fresh)]
+    assert states(observer, "t", 2) == [elected(observer, 3, 2, (3,), 2), elected(observer, 2, 2, (2,), 2)]
+
+
+def test_a_new_controller_finds_an_isr_member_registered_again_during_the_round_writing_its_state(
+        sessions, monkeypatch):
+    by_id, observer, first = settled(sessions, {0: [1, 2, 3]})
+    close_client(by_id[1])  # the leader dies: broker 2 is elected, broker 3 stays in the ISR
+    wait_for(lambda: not observer.exists(layout.broker_path(1)), 10, what="broker 1 gone")
+    stale = broker_epoch(observer, 3)  # what the round reads before it decides
+    real_set = observer.set
+
+    def bounced_before_the_write(node, value, version=-1):  # broker 3 restarts after the round's read
+        if broker_epoch(observer, 3) == stale:
+            bounce(sessions, by_id, 3, observer)
+        return real_set(node, value, version=version)
+
+    monkeypatch.setattr(observer, "set", bounced_before_the_write)
+    first.step()
+    monkeypatch.undo()
+    path = replication.partition_state_path("t", 0)
+    # Written after broker 3's new registration: by the mzxid rule the state vouches for it.
+    assert observer.exists(path).mzxid > broker_epoch(observer, 3) != stale
+    assert states(observer, "t", 1)[0][:4] == (2, 1, (2, 3), 1)
+
+    first.resign()  # the controller's broker fails over before its next round
+    second = Controller(observer, 9)  # a new controller: no round before, only the state tells
+    second.step()
+    assert second.epoch == 2
+    assert states(observer, "t", 1)[0][:4] == (2, 2, (2,), 2)  # broker 3 is out of the ISR
+    assert states(observer, "t", 1) == [elected(observer, 2, 2, (2,), 2)]
 
 
 def test_the_controller_runs_in_a_brokers_registrar_and_fails_over(broker_factory, zk_connect):

@@ -108,19 +108,26 @@ def test_a_state_naming_the_leaders_broker_epoch_is_led_only_by_that_registratio
         close_client(client)
 
 
-def test_a_leaders_isr_change_keeps_the_leaders_broker_epoch(zk_connect, admin):
+def test_a_leaders_isr_change_keeps_the_broker_epochs_of_the_members_that_stay(zk_connect, admin):
     client = start_client(zk_connect, 6000, 30_000)
     try:
-        admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2]}), makepath=True)
+        admin.create(layout.topic_path("t"), replication.assignment_value({0: [1, 2, 3]}), makepath=True)
         registration = broker_1(client)
         registration.register()
+        own = registration.broker_epoch
         led = replication.partition_state_path("t", 0)
-        admin.create(led, PartitionState(1, 3, (1,), 1, registration.broker_epoch).value(), makepath=True)
+        admin.create(led, PartitionState(1, 3, (1, 3), 1, own, {1: own, 3: 77}).value(), makepath=True)
         roles = ReplicaRoles(client, 1, lambda **fields: None, broker_epoch=lambda: registration.broker_epoch)
-        roles.request_isr({"topic": "t", "partition": 0, "leader_epoch": 3, "isr": [1, 2],
-                           "version": admin.exists(led).version})
-        written = replication.parse_partition_state("t", 0, admin.get(led)[0])
-        assert written == PartitionState(1, 3, (1, 2), 1, registration.broker_epoch)
+
+        def request_isr(isr):
+            roles.request_isr({"topic": "t", "partition": 0, "leader_epoch": 3, "isr": isr,
+                               "version": admin.exists(led).version})
+            return replication.parse_partition_state("t", 0, admin.get(led)[0])
+
+        # Broker 2 joins: no broker epoch for it (which registration caught up is not
+        # known here), broker 3 keeps the one the controller recorded.
+        assert request_isr([1, 3, 2]) == PartitionState(1, 3, (1, 3, 2), 1, own, {1: own, 3: 77})
+        assert request_isr([1, 2]) == PartitionState(1, 3, (1, 2), 1, own, {1: own})  # broker 3 leaves: its too
         assert roles_of(client, registration)() == {("t", 0): ("leader", 3)}
     finally:
         close_client(client)

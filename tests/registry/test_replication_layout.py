@@ -79,6 +79,26 @@ def test_the_leaders_broker_epoch_is_written_only_when_set_and_optional_when_rea
             parse_partition_state("t", 0, value)
 
 
+def test_the_isr_members_broker_epochs_are_optional_and_kept_for_members_that_stay():
+    decided = PartitionState(2, 7, (2, 3), 4, 4097, {2: 4097, 3: 4100})
+    assert decided.value() == (b'{"version":1,"leader":2,"leader_epoch":7,"isr":[2,3],"controller_epoch":4,'
+                               b'"leader_broker_epoch":4097,"isr_broker_epochs":{"2":4097,"3":4100}}')
+    assert parse_partition_state("t", 0, decided.value()) == decided
+    assert decided.isr_broker_epoch(3) == 4100 and decided.isr_broker_epoch(5) is None
+    # A leader's ISR change: members that stay keep theirs, one that joins gets none.
+    assert decided.with_isr((2, 5)) == PartitionState(2, 7, (2, 5), 4, 4097, {2: 4097})
+    assert decided.with_isr((2, 3, 5)).isr_broker_epochs == {2: 4097, 3: 4100}
+    assert PartitionState(2, 7, (2, 3), 4).with_isr((2,)) == PartitionState(2, 7, (2,), 4)
+    # Absent, or naming no member: none recorded (the value is Kafka 0.8's, and the mzxid rule applies).
+    older = b'{"version":1,"leader":2,"leader_epoch":7,"isr":[2,3],"controller_epoch":4}'
+    assert PartitionState(2, 7, (2, 3), 4, None, {}).value() == older
+    for value in (older, older[:-1] + b',"isr_broker_epochs":{}}', older[:-1] + b',"isr_broker_epochs":null}'):
+        assert parse_partition_state("t", 0, value).isr_broker_epochs is None
+    for bad in (b'[1,2]', b'{"2":"x"}', b'{"x":1}', b'{"5":1}'):  # not a map of ISR members to epochs
+        with pytest.raises(LayoutError, match="partitions/0/state"):
+            parse_partition_state("t", 0, older[:-1] + b',"isr_broker_epochs":' + bad + b"}")
+
+
 def test_placement_of_kafkas_example():
     # 5 brokers, 10 partitions, 3 replicas, start 0, shift 0: leaders 0..4 twice, and the
     # followers one further apart in the second round.
