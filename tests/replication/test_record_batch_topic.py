@@ -17,6 +17,7 @@ import struct
 import time
 
 from confluent_kafka import Consumer, TopicPartition
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
 from kafka.protocol.consumer import FetchRequest, FetchResponse
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer import ProduceRequest, ProduceResponse
@@ -214,3 +215,44 @@ def test_a_modern_client_auto_creates_a_replicated_record_batch_topic(broker_fac
     assert error == NONE
     directory = os.path.join(leader.log_dir, partition_dir_name(topic, 0))
     assert os.path.exists(os.path.join(directory, RECORD_BATCHES_FILE))
+
+
+def test_a_new_replicated_topic_names_no_leader_but_the_elected_one(broker_factory, zk_connect, zk_client):
+    """From CreateTopics until every broker knows the elected leader, Metadata on each
+    broker says LEADER_NOT_AVAILABLE (as Kafka does) or names that leader: a broker whose
+    logs of the topic exist before the controller's state reached it does not answer as
+    if it led an unreplicated topic (each broker named itself, with an ISR of itself, for
+    up to a second)."""
+    brokers = start_cluster(broker_factory, zk_connect, min_insync_replicas=2)
+    wait_for(lambda: topic_admin.live_brokers(zk_client) == [1, 2, 3], 20, what="three brokers registered")
+    topic = "named-once"
+    created = request(brokers[1].kafka_port, CreateTopicsRequest[4](
+        topics=[CreateTopicsRequest.CreatableTopic(name=topic, num_partitions=1, replication_factor=3,
+                                                   assignments=[], configs=[])],
+        timeout_ms=10_000, validate_only=False), 4, CreateTopicsResponse)
+    assert created.topics[0].error_code == NONE, created
+    seen = []
+    deadline = time.monotonic() + 30
+    while True:
+        answers = [partition_zero(broker.kafka_port, topic) for broker in brokers.values()]
+        seen += answers
+        leaders = {leader for leader, _ in answers}
+        if len(leaders) == 1 and min(leaders) >= 0 and all(len(isr) == 3 for _, isr in answers):
+            break
+        assert time.monotonic() < deadline, f"no agreed leader with an ISR of 3 in 30 s: {answers}"
+        time.sleep(0.01)
+    (elected,) = leaders
+    assert {leader for leader, _ in seen if leader >= 0} == {elected}, [a for a in seen if a[0] >= 0][:20]
+
+
+def partition_zero(port: int, topic: str) -> tuple:
+    """``(leader, ISR)`` of partition 0 in one broker's Metadata v1 (which creates
+    nothing); ``(-1, ())`` while the topic or its leader is not available there."""
+    answer = request(port, MetadataRequest[1](topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 1,
+                     MetadataResponse)
+    for found in answer.topics:
+        if found.name == topic and found.error_code == NONE:
+            for partition in found.partitions:
+                if partition.partition_index == 0 and partition.error_code == NONE:
+                    return partition.leader_id, tuple(partition.isr_nodes)
+    return -1, ()

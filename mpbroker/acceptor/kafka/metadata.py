@@ -10,6 +10,10 @@ batches, which creates the partition's log in the record-batch format (the same 
 a 0.7 client's empty produce creates a 0.7 topic); produces the client sends next
 are queued behind it on the same ring, so the partitions can be answered at once.
 Names that break the topic rule get INVALID_TOPIC_EXCEPTION, and nothing is created.
+With ZooKeeper, a replicated topic is answered from the registrar's view of the
+controller's states; one whose state has not reached this broker yet (just created: its
+logs here may exist already) is LEADER_NOT_AVAILABLE, never answered as an unreplicated
+topic this broker leads.
 """
 
 import base64
@@ -103,6 +107,10 @@ class MetadataHandler:
                            partition_index=partition, leader_id=leader, leader_epoch=epoch, replica_nodes=replicas,
                            isr_nodes=isr, offline_replicas=[])
                 for partition, leader, epoch, replicas, isr in replicated])
+        if self.config.enable_zookeeper and (name in self._legacy.replicated or self._legacy.was_created(name)):
+            # replicated, its state not in the registrar's view yet: this broker's logs of it
+            # may exist already, but who leads is the controller's to say (Kafka answers so)
+            return _Topic(error_code=KafkaError.LEADER_NOT_AVAILABLE, name=name, is_internal=False, partitions=[])
         if not self.topic_exists(name):
             if not may_create:
                 return _Topic(error_code=KafkaError.UNKNOWN_TOPIC_OR_PARTITION, name=name, is_internal=False,
