@@ -45,9 +45,11 @@ def warmup_cooldown(seconds: float) -> tuple[float, float]:
     return min(2.0, seconds / 2), min(1.0, seconds / 4)
 
 
-def row_names() -> list:
-    """``latency_p50_1k``, ``latency_p99_1k``, ..., ``latency_p999_10k``: kafka_compare's rows."""
-    return [f"latency_{part}_{suffix}" for suffix in RATES for part in PERCENTILES]
+def row_labels() -> dict:
+    """kafka_compare's rows, ``latency_p50_1k``, ``latency_p99_1k``, ..., ``latency_p999_10k``: their labels."""
+    return {f"latency_{part}_{suffix}": f"end-to-end latency {key[:-3].replace('_', '.')} at {rate:,} msg/s, "
+                                        "confluent-kafka" for suffix, rate in RATES.items()
+            for part, key in PERCENTILES.items()}
 
 
 def _member(role: str, settings: dict, stderr) -> subprocess.Popen:
