@@ -15,7 +15,8 @@ says ``produced`` with the counts (sent, skipped by the pacing, failed deliverie
 ``consume``: a ``Consumer`` at librdkafka's defaults (``fetch.wait.max.ms`` 500,
 ``fetch.min.bytes`` 1: the broker answers as soon as data is there) but no auto commit,
 assigned to partition 0 from the beginning (the topic is fresh), says ``ready`` and reads;
-each message's receipt is the moment ``consume()`` handed over its batch. A line
+each message's receipt is the moment ``poll()`` handed over the first message there (and
+``consume(timeout=0)`` the others already queued behind it). A line
 ``expect N`` on stdin says how many were sent: it stops once it has N, or
 ``expect_timeout_s`` after that line, writes the stamps to the file ``stamps``
 (``array('q')``: sent, received, sent, received, ... in ns) and says ``consumed``.
@@ -35,6 +36,7 @@ from bench.latency.timestamped import sent_at_ns, stamped_payload
 QUIET = {"log_level": 3}
 TICK_S = 0.001  # the producer's loop: what is due is sent every millisecond
 POLL_S = 0.05
+DRAIN = 10_000  # messages taken at most from the client's queue at once, after the first
 
 
 def say(event: str, **fields) -> None:
@@ -123,7 +125,10 @@ def consume(settings: dict) -> None:
     stamps = array.array("q")
     received = 0
     while True:
-        messages = consumer.consume(num_messages=10_000, timeout=POLL_S)
+        # poll() returns with the first message there; consume() would wait out its timeout for a
+        # full batch (librdkafka's consume_batch), so it only takes, without waiting, what is queued
+        first = consumer.poll(POLL_S)
+        messages = [first, *consumer.consume(num_messages=DRAIN, timeout=0)] if first is not None else []
         now = time.monotonic_ns()
         for message in messages:
             if message.error() is not None:
