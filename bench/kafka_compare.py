@@ -45,7 +45,9 @@ Rows (one run of a broker, in this order):
   at that rate (acks=1, ``linger.ms`` 0: a latency measure) to a fresh topic, a consumer
   process at librdkafka's defaults (``fetch.wait.max.ms`` 500, ``fetch.min.bytes`` 1)
   taking receipt minus stamp; ``--latency-seconds`` measured a rate (default 10, ``--quick``
-  1), after a warm-up and before a cool-down left out (2 s and 1 s, less for short runs).
+  1), after a warm-up and before a cool-down left out (2 s and 1 s, less for short runs),
+  all after one unmeasured run of 3 s (``--quick`` 0.5) at 10,000 msg/s on a topic of its own
+  (Kafka's first seconds on this path are slow, its JIT not done with it).
   Every message sent must arrive.
 - ``cpu_produce_acks1``, ``cpu_produce_acksall``, ``cpu_consume``: the CPU seconds (user +
   system, from /proc) the broker's whole process tree spent over that rdkafka_performance

@@ -7,8 +7,8 @@ stdout, one JSON object a line.
 
 ``produce``: a ``Producer`` with acks=1 and linger.ms 0 (a latency measure: nothing held
 back to fill a batch), librdkafka's other defaults, connected (the topic's metadata
-fetched) before the clock starts; then partition 0 of the topic gets ``rate`` messages a
-second for ``seconds`` (``Pacing``), each a 200-byte value stamped with CLOCK_MONOTONIC
+fetched), says ``ready`` and waits for a line ``go`` on stdin before its clock starts; then
+partition 0 of the topic gets ``rate`` messages a second for ``seconds`` (``Pacing``), each a 200-byte value stamped with CLOCK_MONOTONIC
 (``bench.latency.timestamped``) as it is handed to ``produce()``. Then ``flush()``; it
 says ``produced`` with the counts (sent, skipped by the pacing, failed deliveries).
 
@@ -77,7 +77,9 @@ def produce(settings: dict) -> None:
     failed = []
     producer = Producer({"bootstrap.servers": settings["bootstrap"], "acks": 1, "linger.ms": 0, **QUIET})
     producer.list_topics(topic, timeout=30)
-
+    say("ready")
+    if sys.stdin.readline().split() != ["go"]:
+        return  # the driver is gone
     def delivered(error, _message):
         if error is not None:
             failed.append(str(error))
