@@ -28,7 +28,10 @@ import sys
 import tempfile
 import time
 
+from confluent_kafka import Producer
+
 from bench.latency.percentiles import steady_latencies, summary_ms
+from bench.modern_bench import create_topic
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RATES = {"1k": 1_000, "10k": 10_000}  # row suffix -> messages a second
@@ -50,7 +53,8 @@ def warmup_run_seconds(seconds: float) -> float:
     """The unmeasured run before the measured ones: Apache Kafka's first seconds on this path
     (small batches, fetches waiting for data), which its throughput rows do not take, are
     slow (a backlog of 400 ms built up and drained in the first 1.75 s of a first run, seen
-    here), like a JVM's before its JIT has compiled them; mpbroker gets the same run."""
+    here), like a JVM's before its JIT has compiled them; mpbroker gets the same run. (Even
+    after it, Kafka's C2 compiler thread was seen taking 31% of a core through a 10 s run.)"""
     return min(3.0, seconds / 2)
 
 
@@ -129,8 +133,6 @@ def compare_rows(server, run: int, seconds: float) -> tuple[dict, dict]:
     """kafka_compare's latency rows on ``server`` (either broker): a fresh topic for each rate,
     created as the other rows' are, after an unmeasured run (``warmup_run_seconds``) on a
     topic of its own. (figures by row name, each rate's whole ``measure``)."""
-    from bench.modern_bench import create_topic  # kafka_compare's helper, imported only where it is used
-
     warmup_topic = f"latency-warmup-{run}"
     create_topic(server, warmup_topic)
     measure(server.bootstrap, warmup_topic, max(RATES.values()), warmup_run_seconds(seconds))
@@ -141,14 +143,15 @@ def compare_rows(server, run: int, seconds: float) -> tuple[dict, dict]:
         details[suffix] = result = measure(server.bootstrap, topic, rate, seconds)
         for part, key in PERCENTILES.items():
             figures[f"latency_{part}_{suffix}"] = result[key]
+        print(f"    latency at {rate:,} msg/s: {result['sent']:,} sent ({result['skipped']:,} skipped by the pacing), "
+              f"{result['received']:,} received, p50/p99/p99.9 {result['p50_ms']}/{result['p99_ms']}/"
+              f"{result['p99_9_ms']} ms", flush=True)
     return figures, details
 
 
 def create_fresh_topic(bootstrap: str, topic: str, timeout_s: float = 30.0) -> None:
     """Create ``topic`` through a Metadata request (either broker auto-creates it) and wait for
     its partition 0 to have a leader."""
-    from confluent_kafka import Producer
-
     producer = Producer({"bootstrap.servers": bootstrap, "log_level": 3})
     deadline = time.monotonic() + timeout_s
     while True:
