@@ -7,19 +7,20 @@ stdout, one JSON object a line.
 
 ``produce``: a ``Producer`` with acks=1 and linger.ms 0 (a latency measure: nothing held
 back to fill a batch), librdkafka's other defaults, connected (the topic's metadata
-fetched), says ``ready`` and waits for a line ``go`` on stdin before its clock starts; then
-partition 0 of the topic gets ``rate`` messages a second for ``seconds`` (``Pacing``), each a 200-byte value stamped with CLOCK_MONOTONIC
-(``bench.latency.timestamped``) as it is handed to ``produce()``. Then ``flush()``; it
-says ``produced`` with the counts (sent, skipped by the pacing, failed deliveries).
+fetched), says ``ready`` and waits for a line ``go`` on stdin before its clock starts.
+Then partition 0 of the topic gets ``rate`` messages a second for ``seconds``
+(``Pacing``), each a 200-byte value stamped with CLOCK_MONOTONIC
+(``bench.latency.timestamped``) as it is handed to ``produce()``; then ``flush()``, and
+it says ``produced`` with the counts (sent, skipped by the pacing, failed deliveries).
 
 ``consume``: a ``Consumer`` at librdkafka's defaults (``fetch.wait.max.ms`` 500,
 ``fetch.min.bytes`` 1: the broker answers as soon as data is there) but no auto commit,
-assigned to partition 0 from the beginning (the topic is fresh), says ``ready`` and reads;
-each message's receipt is the moment ``poll()`` handed over the first message there (and
-``consume(timeout=0)`` the others already queued behind it). A line
-``expect N`` on stdin says how many were sent: it stops once it has N, or
-``expect_timeout_s`` after that line, writes the stamps to the file ``stamps``
-(``array('q')``: sent, received, sent, received, ... in ns) and says ``consumed``.
+assigned to partition 0 from the beginning (the topic is fresh), says ``ready`` and
+reads. A message's receipt is the moment ``poll()`` handed over the first message there
+(and ``consume(timeout=0)`` the others already queued behind it). A line ``expect N`` on
+stdin says how many were sent: it stops once it has N, or ``expect_timeout_s`` after
+that line, writes the stamps to the file ``stamps`` (``array('q')``: sent, received,
+sent, received, ... in ns) and says ``consumed``.
 """
 
 import array
