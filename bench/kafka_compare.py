@@ -2,6 +2,7 @@
 
     python -m bench.kafka_compare [--runs 5] [--messages N] [--quick] [--dir D] [--results-dir D]
                                   [--no-kafka-tools] [--no-cluster] [--no-one-node]
+                                  [--no-latency] [--latency-seconds S]
 
 One node of each (``bench.kafka_peer``: the same flush policy, segment size, partitions,
 replication factor and ``min.insync.replicas``, printed; Kafka's heap -Xms1g -Xmx1g).
@@ -38,6 +39,17 @@ Rows (one run of a broker, in this order):
   acks=1 and ``linger.ms`` 5 writing N messages of 200 bytes to a fresh topic as fast as
   it goes (its rate, and its p99 latency at that rate: a queueing figure, not a latency at
   a set load), then the consumer reading them in a fresh group (its rate after the join).
+- ``latency_p50_1k``, ``latency_p99_1k``, ``latency_p999_1k``, ``latency_p50_10k``,
+  ``latency_p99_10k``, ``latency_p999_10k`` (``--no-latency`` leaves them out), after the
+  rows above: end-to-end latency in ms at 1,000 and 10,000 msg/s (``bench.kafka_latency``):
+  a confluent-kafka producer process sending 200-byte values stamped with CLOCK_MONOTONIC
+  at that rate (acks=1, ``linger.ms`` 0: a latency measure) to a fresh topic, a consumer
+  process at librdkafka's defaults (``fetch.wait.max.ms`` 500, ``fetch.min.bytes`` 1)
+  taking receipt minus stamp; ``--latency-seconds`` measured a rate (default 10, ``--quick``
+  1), after a warm-up and before a cool-down left out (2 s and 1 s, less for short runs),
+  all after one unmeasured run of 3 s (``--quick`` 0.5) at 10,000 msg/s on a topic of its own
+  (Kafka's first seconds on this path are slow, its JIT not done with it).
+  Every message sent must arrive.
 - ``cpu_produce_acks1``, ``cpu_produce_acksall``, ``cpu_consume``: the CPU seconds (user +
   system, from /proc) the broker's whole process tree spent over that rdkafka_performance
   row, per million messages: less moved by other work on the machine than a rate is.
@@ -81,7 +93,7 @@ import tempfile
 import threading
 import time
 
-from bench import kafka_cluster_compare, kafka_tools_perf, rdkafka_perf
+from bench import kafka_cluster_compare, kafka_latency, kafka_tools_perf, rdkafka_perf
 from bench.common import RESULTS_DIR, print_table, write_results
 from bench.disk_usage import allocated_bytes
 from bench.interrupts import stop_on_signals
@@ -104,6 +116,7 @@ ROWS = {
     "tools_produce_acks1": ("produce, kafka-producer-perf-test, acks=1", "msg/s", True),
     "tools_produce_p99_ms": ("kafka-producer-perf-test's p99 latency (at full speed)", "ms", False),
     "tools_consume": ("consume, kafka-consumer-perf-test", "msg/s", True),
+    **{row: (label, "ms", False) for row, label in kafka_latency.row_labels().items()},
     "cpu_produce_acks1": ("broker CPU per million messages, rdkafka_performance produce acks=1", "s", False),
     "cpu_produce_acksall": ("broker CPU per million messages, rdkafka_performance produce acks=all", "s", False),
     "cpu_consume": ("broker CPU per million messages, rdkafka_performance consume", "s", False),
@@ -202,6 +215,10 @@ def one_run(broker: str, args, run: int) -> dict:
                     result = kafka_tools_perf.consume(server.bootstrap, topics["tools"], args.messages)
                     figures["tools_consume"] = result["messages_per_s"]
                     cpu["tools_consume"] = tree_cpu_seconds(pid) - before
+            latency = None
+            if args.latency:  # after the throughput rows, outside their memory and CPU figures
+                latency_figures, latency = kafka_latency.compare_rows(server, run, args.latency_seconds)
+                figures.update(latency_figures)
             figures["rss_load_mib"] = sampler.peak / 2**20
             figures["pss_load_mib"] = sampler.peak_pss / 2**20
             for row in ("produce_acks1", "produce_acksall", "consume"):
@@ -214,7 +231,7 @@ def one_run(broker: str, args, run: int) -> dict:
             server.__exit__(None, None, None)
         left = server.process.poll() is None
         print(f"  {broker:8} run {run + 1}: " + ", ".join(f"{k} {v:,.1f}" for k, v in figures.items()), flush=True)
-        return {"figures": figures, "broker_cpu_s": cpu, "process_left": left}
+        return {"figures": figures, "broker_cpu_s": cpu, "latency": latency, "process_left": left}
     finally:
         if scratch:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -250,6 +267,11 @@ def parse_args(argv=None):
                         help="the three-node RF 3 rows (rf3_*; default: on)")
     parser.add_argument("--one-node", dest="one_node", action=argparse.BooleanOptionalAction, default=True,
                         help="the one-node rows, every row but rf3_* (default: on)")
+    parser.add_argument("--latency", action=argparse.BooleanOptionalAction, default=True,
+                        help="the end-to-end latency rows at 1,000 and 10,000 msg/s (default: on)")
+    parser.add_argument("--latency-seconds", type=float,
+                        help=f"seconds measured at each latency rate (default {kafka_latency.SECONDS:g}, "
+                             f"--quick {kafka_latency.QUICK_SECONDS:g})")
     parser.add_argument("--warmup", type=int, help="messages produced and consumed unmeasured first (default 100,000)")
     parser.add_argument("--dir", default=None, help="where the brokers' files go (default: TMPDIR)")
     parser.add_argument("--results-dir", default=RESULTS_DIR, help="where kafka_compare.json and .md go")
@@ -257,6 +279,8 @@ def parse_args(argv=None):
     for key, value in SIZES["quick" if args.quick else "default"].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.latency_seconds is None:
+        args.latency_seconds = kafka_latency.QUICK_SECONDS if args.quick else kafka_latency.SECONDS
     return args
 
 
@@ -311,6 +335,10 @@ def main(argv=None) -> int:
              f"and consumed unmeasured first on each broker (JIT warm-up).",
              "Runs interleaved (mpbroker, Kafka, mpbroker, ...), one broker up at a time, each run a fresh broker: "
              "the machine is shared and noisy, interleaving puts its noise on both alike."]
+    if args.latency:
+        notes.append(f"Latency rows: confluent-kafka producer and consumer, each a process of its own; producer acks=1, "
+                     f"linger.ms 0, consumer at librdkafka's defaults; {args.latency_seconds:g} s measured at each rate, "
+                     "a fresh topic each (every run's sent, received and skipped counts in the JSON).")
     if rdkafka_missing:
         notes.append(f"The rdkafka_performance rows and the disk row are left out: {rdkafka_missing}")
     if tools_missing:
@@ -333,6 +361,7 @@ def main(argv=None) -> int:
     write_results("kafka_compare", "\n\n".join([table, *notes, load, f"Versions: {versions}"]), {
         "settings": {**settings, "messages": args.messages, "runs": args.runs, "rest_s": args.rest,
                      "warmup": args.warmup,
+                     "latency_seconds": args.latency_seconds if args.latency else None,
                      "message_bytes": MESSAGE_BYTES, "linger_ms": LINGER_MS, "quick": args.quick},
         "cluster_settings": fair(3) if cluster_runs else None,
         "versions": versions, "rows": rows, "runs": runs, "cluster_runs": cluster_runs,

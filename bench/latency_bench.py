@@ -23,7 +23,7 @@ from bench.broker_process import BenchBroker
 from bench.common import print_table, write_results
 from bench.interrupts import stop_on_signals
 from bench.latency.paced_producer import start_paced_producer
-from bench.latency.percentiles import summary_ms
+from bench.latency.percentiles import steady_latencies, summary_ms
 from bench.latency.timestamped import sent_at_ns
 from mpbroker.clients import SimpleConsumer
 from mpbroker.config.keys import KEYS
@@ -54,15 +54,6 @@ def consume_stamps(port: int, expected_messages, deadline: float) -> list:
             if (expected is not None and len(stamps) >= expected) or time.monotonic() > deadline:
                 break
     return stamps
-
-
-def steady_latencies(stamps: list, warmup_s: float, cooldown_s: float) -> list:
-    """The latencies (ns) of the messages sent after the first ``warmup_s`` and before
-    the last ``cooldown_s`` seconds (the stream's end waits for a time-based flush)."""
-    if not stamps:
-        return []
-    first, last = stamps[0][0] + int(warmup_s * 1e9), stamps[-1][0] - int(cooldown_s * 1e9)
-    return [received - sent for sent, received in stamps if first <= sent <= last]
 
 
 def measure(label: str, overrides: dict, args) -> dict:

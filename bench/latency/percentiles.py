@@ -1,4 +1,5 @@
-"""Latency summaries: percentiles (nearest rank) of a list of durations."""
+"""Latency summaries: the steady part of a stream (warm-up and cool-down left out) and
+percentiles (nearest rank) of a list of durations."""
 
 import math
 
@@ -22,3 +23,13 @@ def summary_ms(latencies_ns: list) -> dict:
         "max_ms": to_ms(values[-1]),
         "mean_ms": to_ms(sum(values) / len(values)),
     }
+
+
+def steady_latencies(stamps: list, warmup_s: float, cooldown_s: float) -> list:
+    """The latencies (ns) of the messages sent after the first ``warmup_s`` and before
+    the last ``cooldown_s`` seconds of ``stamps`` (``[(sent at, received at), ...]`` in ns,
+    in the order sent)."""
+    if not stamps:
+        return []
+    first, last = stamps[0][0] + int(warmup_s * 1e9), stamps[-1][0] - int(cooldown_s * 1e9)
+    return [received - sent for sent, received in stamps if first <= sent <= last]

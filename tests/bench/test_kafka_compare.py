@@ -1,8 +1,10 @@
 """``python -m bench.kafka_compare`` runs end to end (a real mpbroker and a real Apache
 Kafka 4.4, one after the other, and librdkafka's rdkafka_performance against both) and
-writes its JSON: every row (librdkafka's and Kafka's own perf tools) at the smallest sizes, one run each, into a scratch directory
+writes its JSON: every row (librdkafka's and Kafka's own perf tools, and the end-to-end
+latency rows: half a second at each rate) at the smallest sizes, one run each, into a scratch directory
 (``--results-dir``), so ``bench/results/kafka_compare.*`` stay as the last full run left
-them. Two cases: the one-node rows (``--no-cluster``, about 30 s) and the three-node RF 3
+them. Two cases: the one-node rows (``--no-cluster``, with half a second of the latency
+rows at each rate: about 30 s) and the three-node RF 3
 rows alone (``--no-one-node``: a ZooKeeper and three mpbroker brokers, then three Kafka
 JVMs; about 45 s). They check that the bench works, not what it measures. Skipped, saying
 why, where Kafka cannot run (no Java 17 or Maven), rdkafka_performance cannot be built,
@@ -23,7 +25,8 @@ from tests.kafka.conftest import require_apache_kafka
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_ROWS = ["rf3_produce_acksall", "rf3_consume", "cpu_rf3_produce_acksall", "rf3_startup_s"]
 ROWS = ["produce_acks0", "produce_acks1", "produce_acksall", "consume", "tools_produce_acks1", "tools_produce_p99_ms",
-        "tools_consume", "cpu_produce_acks1", "cpu_produce_acksall", "cpu_consume", "rss_rest_mib", "pss_rest_mib",
+        "tools_consume", "latency_p50_1k", "latency_p99_1k", "latency_p999_1k", "latency_p50_10k", "latency_p99_10k",
+        "latency_p999_10k", "cpu_produce_acks1", "cpu_produce_acksall", "cpu_consume", "rss_rest_mib", "pss_rest_mib",
         "rss_load_mib", "pss_load_mib", "startup_s", "disk_bytes_per_message"]
 
 
@@ -61,7 +64,7 @@ def test_quick_run_writes_every_row_for_both_brokers(tmp_path):
     except apache_kafka.MavenCentralUnreachable as error:
         pytest.skip(f"Maven Central does not answer (kafka-tools): {str(error)[:500]}")
     require_rdkafka_performance()
-    run, record = quick_run(tmp_path, "--no-cluster")
+    run, record = quick_run(tmp_path, "--no-cluster", "--latency-seconds", "0.5")
     assert (tmp_path / "results" / "kafka_compare.md").exists()
     assert record["benchmark"] == "kafka_compare" and record["settings"]["runs"] == 1
     assert record["settings"]["replication_factor"] == 1 and "no fsync" in record["settings"]["flush"]
@@ -74,6 +77,13 @@ def test_quick_run_writes_every_row_for_both_brokers(tmp_path):
     assert rows["rss_rest_mib"]["kafka"] > 64
     # shared pages counted once: never more than summed RSS (a process tree's forks share much)
     assert 0 < rows["pss_rest_mib"]["mpbroker"] <= rows["rss_rest_mib"]["mpbroker"]
+    for broker in ("mpbroker", "kafka"):  # every message sent arrived (else the run fails), in order of size
+        for rate in ("1k", "10k"):
+            assert rows[f"latency_p50_{rate}"][broker] <= rows[f"latency_p99_{rate}"][broker] \
+                <= rows[f"latency_p999_{rate}"][broker], (broker, rate)
+            measured = record["runs"][broker][0]["latency"][rate]
+            assert measured["received"] >= measured["sent"] > 0 and measured["count"] > 0, measured
+    assert record["settings"]["latency_seconds"] == 0.5
     assert not any(run["process_left"] for broker in record["runs"].values() for run in broker)
     assert "| produce, rdkafka_performance, acks=all" in run.stdout and "Settings on both" in run.stdout
     assert os.listdir(tmp_path) == ["results"]  # both brokers' files are gone
