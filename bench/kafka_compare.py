@@ -34,11 +34,13 @@ Rows (one run of a broker, in this order):
   the broker takes bytes off the socket).
 - ``consume``: ``rdkafka_performance -C`` reading the acks=1 topic's N messages from the
   beginning: msg/s by the program's clock (first message to the N-th).
-- ``tools_produce_acks1``, ``tools_produce_p99_ms``, ``tools_consume`` (``--no-kafka-tools``
-  leaves them out): Kafka's own Java tools (``bench.kafka_tools_perf``), the producer with
-  acks=1 and ``linger.ms`` 5 writing N messages of 200 bytes to a fresh topic as fast as
-  it goes (its rate, and its p99 latency at that rate: a queueing figure, not a latency at
-  a set load), then the consumer reading them in a fresh group (its rate after the join).
+- ``tools_produce_acks0``, ``tools_produce_acks1``, ``tools_produce_acksall``,
+  ``tools_produce_p99_ms``, ``tools_consume`` (``--no-kafka-tools`` leaves them out): Kafka's
+  own Java tools (``bench.kafka_tools_perf``), the producer with acks=0, 1 and all and
+  ``linger.ms`` 5 writing N messages of 200 bytes to a fresh topic each as fast as it goes
+  (its rate, and at acks=1 its p99 latency at that rate: a queueing figure, not a latency at
+  a set load), then the consumer reading the acks=1 topic in a fresh group (its rate after
+  the join).
 - ``latency_p50_1k``, ``latency_p99_1k``, ``latency_p999_1k``, ``latency_p50_10k``,
   ``latency_p99_10k``, ``latency_p999_10k`` (``--no-latency`` leaves them out), after the
   rows above: end-to-end latency in ms at 1,000 and 10,000 msg/s (``bench.kafka_latency``):
@@ -105,6 +107,7 @@ from mpbroker.testing.process_cpu import tree_cpu_seconds
 MESSAGE_BYTES = 200
 LINGER_MS = 5
 ACKS = {"produce_acks0": 0, "produce_acks1": 1, "produce_acksall": -1}
+TOOLS_ACKS = {"tools_produce_acks0": 0, "tools_produce_acks1": 1, "tools_produce_acksall": -1}
 SIZES = {"default": {"messages": 1_000_000, "runs": 5, "rest": 3.0, "warmup": 100_000},
          "quick": {"messages": 5_000, "runs": 1, "rest": 0.2, "warmup": 1_000}}
 # row -> (label, unit, higher is better)
@@ -113,7 +116,9 @@ ROWS = {
     "produce_acks1": ("produce, rdkafka_performance, acks=1", "msg/s", True),
     "produce_acksall": ("produce, rdkafka_performance, acks=all", "msg/s", True),
     "consume": ("consume, rdkafka_performance", "msg/s", True),
+    "tools_produce_acks0": ("produce, kafka-producer-perf-test, acks=0", "msg/s", True),
     "tools_produce_acks1": ("produce, kafka-producer-perf-test, acks=1", "msg/s", True),
+    "tools_produce_acksall": ("produce, kafka-producer-perf-test, acks=all", "msg/s", True),
     "tools_produce_p99_ms": ("kafka-producer-perf-test's p99 latency (at full speed)", "ms", False),
     "tools_consume": ("consume, kafka-consumer-perf-test", "msg/s", True),
     **{row: (label, "ms", False) for row, label in kafka_latency.row_labels().items()},
@@ -183,7 +188,7 @@ def one_run(broker: str, args, run: int) -> dict:
             pid = server.process.pid
             figures["rss_rest_mib"] = tree_rss_bytes(pid) / 2**20
             figures["pss_rest_mib"] = tree_pss_bytes(pid) / 2**20
-            topics = {row: f"{row}-{run}" for row in (*ACKS, "warmup", "tools")}
+            topics = {row: f"{row}-{run}" for row in (*ACKS, "warmup", *(TOOLS_ACKS if args.tools else ()))}
             for topic in topics.values():
                 create_topic(server, topic)
             cpu = {}
@@ -205,14 +210,16 @@ def one_run(broker: str, args, run: int) -> dict:
                     figures["consume"] = result["messages"] / result["seconds"]
                     cpu["consume"] = tree_cpu_seconds(pid) - before
                 if args.tools:
+                    for row, acks in TOOLS_ACKS.items():
+                        before = tree_cpu_seconds(pid)
+                        result = kafka_tools_perf.produce(server.bootstrap, topics[row], args.messages,
+                                                          size=MESSAGE_BYTES, acks=acks, linger_ms=LINGER_MS)
+                        figures[row] = result["messages_per_s"]
+                        cpu[row] = tree_cpu_seconds(pid) - before
+                        if row == "tools_produce_acks1":
+                            figures["tools_produce_p99_ms"] = result["p99_ms"]
                     before = tree_cpu_seconds(pid)
-                    result = kafka_tools_perf.produce(server.bootstrap, topics["tools"], args.messages,
-                                                      size=MESSAGE_BYTES, acks=1, linger_ms=LINGER_MS)
-                    figures["tools_produce_acks1"] = result["messages_per_s"]
-                    figures["tools_produce_p99_ms"] = result["p99_ms"]
-                    cpu["tools_produce_acks1"] = tree_cpu_seconds(pid) - before
-                    before = tree_cpu_seconds(pid)
-                    result = kafka_tools_perf.consume(server.bootstrap, topics["tools"], args.messages)
+                    result = kafka_tools_perf.consume(server.bootstrap, topics["tools_produce_acks1"], args.messages)
                     figures["tools_consume"] = result["messages_per_s"]
                     cpu["tools_consume"] = tree_cpu_seconds(pid) - before
             latency = None

@@ -2,6 +2,8 @@
 throughput (messages/s) over the data sent, producer runs on the left, consumers on the
 right, one colour per system. Written with matplotlib's Agg backend (no display)."""
 
+import textwrap
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -37,7 +39,7 @@ def plot(runs: list, path: str, subtitle: str = "") -> str:
     _draw(producer_axes, [r for r in runs if r["experiment"] == "produce"], "Producer performance")
     _draw(consumer_axes, [r for r in runs if r["experiment"] == "consume"], "Consumer performance")
     if subtitle:
-        figure.suptitle(subtitle, fontsize=10)
+        figure.suptitle(textwrap.fill(subtitle, 170), fontsize=10)  # a long list of versions: wrapped, not cut
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     plt.close(figure)

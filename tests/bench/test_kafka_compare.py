@@ -24,8 +24,8 @@ from tests.kafka.conftest import require_apache_kafka
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_ROWS = ["rf3_produce_acksall", "rf3_consume", "cpu_rf3_produce_acksall", "rf3_startup_s"]
-ROWS = ["produce_acks0", "produce_acks1", "produce_acksall", "consume", "tools_produce_acks1", "tools_produce_p99_ms",
-        "tools_consume", "latency_p50_1k", "latency_p99_1k", "latency_p999_1k", "latency_p50_10k", "latency_p99_10k",
+ROWS = ["produce_acks0", "produce_acks1", "produce_acksall", "consume", "tools_produce_acks0", "tools_produce_acks1",
+        "tools_produce_acksall", "tools_produce_p99_ms", "tools_consume", "latency_p50_1k", "latency_p99_1k", "latency_p999_1k", "latency_p50_10k", "latency_p99_10k",
         "latency_p999_10k", "cpu_produce_acks1", "cpu_produce_acksall", "cpu_consume", "rss_rest_mib", "pss_rest_mib",
         "rss_load_mib", "pss_load_mib", "startup_s", "disk_bytes_per_message"]
 
