@@ -14,7 +14,7 @@ from mpbroker.codec.errors import NotLeaderError
 from mpbroker.codec.requests import Durability
 from mpbroker.registry.zk_client import close_client, start_client
 from tests.clients.fake_leader import FakeBroker, ack, not_leader, replicated_topic, set_leader, wait_registered
-from tests.clients.helpers import HOST, broker_list
+from tests.clients.helpers import HOST, broker_list, wait_for
 from tests.clients.replicated import Cluster
 
 
@@ -134,6 +134,8 @@ def test_request_required_acks_on_the_wire(zk, zk_connect, required, acks, durab
         with Producer(zk_connect=zk_connect, request_required_acks=required) as producer:
             assert producer.settings.acks == acks
             producer.send("r", [b"x"])
+        # fire-and-forget is sent once written: the fake broker's thread reads it a moment later
+        wait_for(lambda: fake.requests, 10, what="the request at the fake broker")
         sent = fake.requests[0]
         if durability is None:
             assert isinstance(sent, rq.ProduceRequest)
