@@ -174,12 +174,16 @@ class SegmentFiles:
         return self._views.get((topic, partition))
 
     def _index(self, slot: int) -> None:
+        """Index the entries the slot's worker added since last asked. What was indexed
+        is counted from the names listed, not from the table's length read again: the
+        worker may add an entry in between, and that entry would never be indexed."""
         table = self._tables[slot]
-        for index, name, number in table.names(self._known[slot]):
+        added = table.names(self._known[slot])
+        for index, name, number in added:
             view = self._views[(name, number)] = _PartitionView(
                 table, index, os.path.join(self._log_dir, partition_dir_name(name, number)))
             self._topics.setdefault(name, []).append(view)
-        self._known[slot] = len(table)
+        self._known[slot] += len(added)
 
     def _index_all(self) -> None:
         """Index the partitions every worker has published since last asked."""

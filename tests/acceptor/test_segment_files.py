@@ -232,3 +232,31 @@ def test_a_torn_entry_is_read_from_the_last_consistent_state(broker):
     struct.pack_into("<Q", table._mm, at, seq | 1)  # its writer died mid-update
     assert broker.files.fetch("clicks", 0, 0, 1 << 20) == before
     assert broker.files.offsets("clicks", 0, -1, 1) == (ErrorCode.NO_ERROR, [partition_log.flushed_end])
+
+
+def test_a_partition_added_while_the_acceptor_lists_the_table_is_not_skipped(broker):
+    """A worker adds its partitions one by one while the acceptor indexes its table (a
+    topic auto-created by a modern client's Metadata, its partitions looked up as they
+    come). An entry added between the acceptor's listing of the names and its reading of
+    the table's length was skipped for good: that partition read empty, with a high
+    watermark of 0, for the broker's whole life (consumers got nothing from it, ~1 CI run
+    in 20)."""
+    first = broker.log("clicks", 0)
+    slot = owner_slot("clicks", 0, WORKERS)
+    later = next(number for number in range(1, 50) if owner_slot("clicks", number, WORKERS) == slot)
+    table = broker.tables[slot]
+    listed = table.names
+
+    def names_then_a_worker_adds_one(start=0):
+        found = listed(start)
+        table.names = listed  # once
+        broker.log("clicks", later)  # the owning worker publishes another partition in between
+        return found
+
+    table.names = names_then_a_worker_adds_one
+    broker.append(first, 2)
+    assert broker.files.fetch("clicks", 0, 0, 1 << 20)[1].length == first.flushed_end  # indexes the table
+    added = broker.logs.get("clicks", later)
+    broker.append(added, 3)
+    error, found = broker.files.fetch("clicks", later, 0, 1 << 20)
+    assert error == ErrorCode.NO_ERROR and found is not None and found.length == added.flushed_end
