@@ -318,6 +318,13 @@ class ReplicaManager:
         return all(replica.followers.get(broker) is not None and replica.followers[broker].log_end >= 0
                    for broker in replica.isr if broker != self.broker_id)
 
+    def flushed(self, partition_log) -> None:
+        """A flush of ``partition_log`` completed: a leader alone in its ISR may move its
+        high watermark up to it."""
+        replica = self.replicas.get((partition_log.topic, partition_log.partition))
+        if replica is not None and replica.log is partition_log:
+            self._advance_high_watermark(replica)
+
     def _advance_high_watermark(self, replica: Replica) -> None:
         if replica.role != Role.LEADER:
             return
@@ -325,12 +332,19 @@ class ReplicaManager:
         # An ISR being grown counts with its new members at once (Kafka's "maximal ISR",
         # KIP-497): ZooKeeper may list them already, and the controller could elect one.
         members = replica.isr if not replica.isr_requested else set(replica.isr) | set(replica.isr_requested)
+        alone = True
         for broker in members:
             if broker != self.broker_id:
+                alone = False
                 position = replica.followers.get(broker)
                 known = position.log_end if position is not None else -1
                 if known < end:
                     end = known
+        if alone:
+            # No other copy: readers see only what a power cut here cannot take (a
+            # lone ISR member comes back as the leader with what its disk kept, and a
+            # consumer must never have read bytes the log then writes again).
+            end = min(end, replica.log.flushed_end)
         if end > replica.high_watermark:
             replica.high_watermark = end
             self._woken.add((replica.topic, replica.partition))
@@ -340,12 +354,16 @@ class ReplicaManager:
     def _answer_waiters(self, replica: Replica) -> None:
         waiters = replica.waiters
         high_watermark = replica.high_watermark
-        if not waiters or waiters[0].next_offset > high_watermark or not self._may_act():
-            return  # none covered yet; or no acknowledgement without the lease: tick() tries again
         # Covered by an ISR that shrank below min.insync.replicas meanwhile: refused
         # (Kafka's NotEnoughReplicasAfterAppend), not acknowledged with too few copies.
+        # A leader alone in its ISR refuses what it holds without waiting for the flush
+        # its readers wait for.
         code = ErrorCode.NO_ERROR if len(replica.isr) >= replica.log.config.min_insync_replicas \
             else ErrorCode.NOT_ENOUGH_REPLICAS
+        if code and tuple(replica.isr) == (self.broker_id,) and not replica.isr_requested:
+            high_watermark = replica.log.log_end
+        if not waiters or waiters[0].next_offset > high_watermark or not self._may_act():
+            return  # none covered yet; or no acknowledgement without the lease: tick() tries again
         answer, encode_ack = self._answer, messages.encode_ack
         while waiters and waiters[0].next_offset <= high_watermark:  # in log order: the covered ones lead
             waiter = waiters.popleft()

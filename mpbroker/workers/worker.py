@@ -310,6 +310,7 @@ class PartitionWorker(ChildProcess):
                 self._postponed_log.ended(partition_log, f"flushing {partition_log.directory}")
             self.publisher.flushed(partition_log, now)
             self.handler.flushed(partition_log)
+            self.replication.flushed(partition_log)
         if self.flusher.checkpoint_result is not None:
             points, error = self.flusher.checkpoint_result
             self.flusher.checkpoint_result = None

@@ -99,9 +99,35 @@ def test_what_an_isr_below_min_insync_covers_is_refused_not_acknowledged(leader)
     first, second = leader.produce(), leader.produce()
     leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
                                  "isr": [1], "replicas": [1, 2, 3], "version": 1}])
-    # The ISR is the leader alone now: the watermark moves to its log end at once.
+    # The ISR is the leader alone now: what it holds is refused at once (no flush awaited).
     assert [(ack[0], ack[1], ack[2]) for ack in leader.acks] == [
         (first[0], ErrorCode.NOT_ENOUGH_REPLICAS, -1), (second[0], ErrorCode.NOT_ENOUGH_REPLICAS, -1)]
+
+
+def test_a_leader_alone_in_its_isr_shows_readers_only_what_it_flushed(leader):
+    """No other copy: a power cut here would take the unflushed tail, and the leader
+    comes back with what its disk kept, so readers (the high watermark) stop at the
+    flushed end until a flush covers more (a consumer read a message the log then wrote
+    again at the same offset: a divergent read in the fault schedules)."""
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                 "isr": [1], "replicas": [1, 2, 3], "version": 1}])
+    leader.log.flush()
+    leader.manager.flushed(leader.log)
+    flushed = leader.log.flushed_end
+    assert leader.replica.high_watermark == flushed
+    leader.produce()
+    leader.produce()
+    assert leader.log.log_end > flushed and leader.replica.high_watermark == flushed
+    leader.log.flush()
+    leader.manager.flushed(leader.log)
+    assert leader.replica.high_watermark == leader.log.log_end == leader.log.flushed_end
+    # A follower back in the ISR: its copy counts again, flushed or not.
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                 "isr": [1, 2], "replicas": [1, 2, 3], "version": 2}])
+    leader.report(2, leader.log.log_end)
+    _, _, next_offset = leader.produce()
+    leader.report(2, next_offset)
+    assert leader.log.flushed_end < next_offset == leader.replica.high_watermark
 
 
 def test_without_the_lease_nothing_is_answered_until_tick_finds_it_again(leader):
