@@ -42,6 +42,7 @@ from tests.polling import wait_for
 from .checker import check
 from .cluster import BROKER_IDS, NetCluster
 from .history import History
+from .modern_workload import ModernWorkload
 from .nemesis import Nemesis
 from .network import Network
 from .regressions import REGRESSIONS, regression_schedule
@@ -49,6 +50,7 @@ from .schedule import make_schedule, schedule_seeds
 from .workload import Workload
 
 TOPIC = "nemesis"
+MODERN_TOPIC = "nemesis-modern"  # record batches, written and read by modern clients (modern_workload)
 PARTITIONS = 2
 BEFORE_S = 3.0  # load before the first fault
 AFTER_S = 3.0  # load after the last heal
@@ -67,6 +69,7 @@ class RunResult:
     history_path: str = ""
     elapsed_s: float = 0.0
     recovered_s: dict = field(default_factory=dict)  # partition -> first d2 acknowledgement after the last heal
+    notes: list = field(default_factory=list)  # what the modern clients reported beyond the history (fatal errors)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +88,7 @@ class RunResult:
         if self.recovered_s:
             lines.append("  first durability-2 acknowledgement after the last heal: " + ", ".join(
                 f"partition {partition} {seconds:.2f} s" for partition, seconds in sorted(self.recovered_s.items())))
+        lines += [f"  client note: {note}" for note in self.notes]
         if self.error:
             lines.append(f"  error: {self.error}")
         if self.history_path:
@@ -117,13 +121,16 @@ def run_schedule(schedule, directory: str, shim_library: str, log=None) -> RunRe
 
 def _run(cluster, network, history, schedule, result, log) -> None:
     cluster.create_topic(TOPIC, PARTITIONS, len(BROKER_IDS))
-    for partition in range(PARTITIONS):  # nothing before the workload: every payload is in the history
-        wait_for(lambda: cluster.leader(TOPIC, partition) is not None, 30, f"a leader of {TOPIC}-{partition}",
-                 detail=cluster.log_tails)
-        cluster.wait_isr(TOPIC, BROKER_IDS, partition=partition)
+    cluster.create_topic(MODERN_TOPIC, PARTITIONS, len(BROKER_IDS), record_batches=True)
+    for topic in (TOPIC, MODERN_TOPIC):
+        for partition in range(PARTITIONS):  # nothing before the workload: every payload is in the history
+            wait_for(lambda: cluster.leader(topic, partition) is not None, 30, f"a leader of {topic}-{partition}",
+                     detail=cluster.log_tails)
+            cluster.wait_isr(topic, BROKER_IDS, partition=partition)
     workload = Workload(cluster, history, TOPIC, partitions=PARTITIONS)
+    modern = ModernWorkload(cluster, history, MODERN_TOPIC, partitions=PARTITIONS)
     started = time.monotonic()
-    with workload:
+    with workload, modern:
         time.sleep(BEFORE_S)
         nemesis = Nemesis(cluster, network, history, TOPIC, log)
         result.applied = nemesis.applied  # filled as the steps run, so a failed run shows how far it got
@@ -135,7 +142,10 @@ def _run(cluster, network, history, schedule, result, log) -> None:
                  f"(so far {_recovered(history, healed)})", detail=cluster.log_tails)
         result.recovered_s = _recovered(history, healed)
     assert not workload.errors, f"workload threads failed: {workload.errors}"
+    assert not modern.errors, f"modern workload threads failed: {modern.errors}"
+    result.notes = modern.notes
     workload.finish(history, SETTLE_S)
+    modern.finish(SETTLE_S)
     result.report = check(history)
 
 
