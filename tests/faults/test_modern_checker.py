@@ -16,6 +16,7 @@ from tests.faults.netcluster.modern_checker import (
     MODERN_MISSING_FINAL,
     MODERN_ORDER,
 )
+from tests.faults.netcluster.runner import RunResult, summarize, summary_table
 
 TOPIC = "m"
 CLIENTS = {"c1": ("confluent-kafka", "all", True), "c2": ("confluent-kafka", "1", False),
@@ -246,3 +247,18 @@ def test_a_version_1_history_still_loads(tmp_path):
     loaded = History.load(path)
     assert loaded.seed == 5 and len(loaded.faults) == 1 and loaded.sends == {}
     assert check(loaded).ok
+
+
+def test_the_runners_summary_carries_the_modern_rows():
+    clean = check(clean_run().finish())
+    lossy = ModernRun()
+    lossy.send("c2", 0)
+    lossy.send("c1", 1)
+    lossy.logs[0] = [(100, b"c2-0"), (101, b"c2-0"), (102, b"c1-1")]  # one plain duplicate
+    results = [RunResult(1, [], report=clean), RunResult(2, [], report=check(lossy.finish(committed={})))]
+    summary = summarize(results)
+    assert summary["modern"]["confluent-kafka acks=1"] == {"acknowledged": 7, "lost": 0, "duplicates": 1}
+    assert summary["modern"]["kafka-python acks=all idempotent"] == {"acknowledged": 6, "lost": 0, "duplicates": 0}
+    table = summary_table(summary, base_seed=3)
+    assert "| confluent-kafka acks=1 | 7 | 0 | 1 |" in table
+    assert "| confluent-kafka acks=all idempotent | 7 | 0 | 0 |" in table

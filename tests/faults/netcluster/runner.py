@@ -164,11 +164,16 @@ def _recovered(history, healed: float) -> dict:
 
 
 def summarize(results: list) -> dict:
-    """Totals over runs: faults by kind, payloads acknowledged and lost by durability."""
+    """Totals over runs: faults by kind, payloads acknowledged and lost by durability, and
+    the modern clients' values acknowledged, lost and duplicated by client and acks."""
     faults, acknowledged, lost, failures = Counter(), Counter(), Counter(), Counter()
+    modern = {}  # client/acks label -> Counter of acknowledged, lost, duplicates
     for result in results:
         if result.report is None:
             continue
+        if result.report.modern is not None:
+            for label, counts in result.report.modern.by_label().items():
+                modern.setdefault(label, Counter()).update(counts)
         faults.update(result.report.faults)
         acknowledged.update(result.report.acknowledged)
         lost.update(result.report.lost)
@@ -182,6 +187,8 @@ def summarize(results: list) -> dict:
         "acknowledged": {f"d{d}": acknowledged[d] for d in (0, 1, 2)},
         "lost": {f"d{d}": lost[d] for d in (0, 1, 2)},
         "failures": dict(failures),
+        "modern": {label: {name: counts[name] for name in ("acknowledged", "lost", "duplicates")}
+                   for label, counts in sorted(modern.items())},
         "recovered_s": _spread([seconds for result in results for seconds in result.recovered_s.values()]),
         "elapsed_s": round(sum(result.elapsed_s for result in results)),
     }
@@ -201,6 +208,10 @@ def summary_table(summary: dict, base_seed=None) -> str:
     acknowledged = " / ".join(f"{summary['acknowledged'][f'd{d}']:,}" for d in (0, 1, 2))
     lost = " / ".join(f"{summary['lost'][f'd{d}']:,}" for d in (0, 1, 2))
     lines.append(f"| {summary['schedules']} | {summary['ok']} | {faults} | {acknowledged} | {lost} |")
+    if summary.get("modern"):
+        lines += ["", "| modern client / acks | acknowledged | lost | duplicates |", "|---|---|---|---|"]
+        lines += [f"| {label} | {row['acknowledged']:,} | {row['lost']:,} | {row['duplicates']:,} |"
+                  for label, row in summary["modern"].items()]
     recovered = summary.get("recovered_s")
     if recovered:
         lines.append(f"\nfirst durability-2 acknowledgement of a partition after the last heal: median "
