@@ -22,18 +22,28 @@ broker registers and Metadata advertises):
   got of each partition in that poll.
 
 On exit the producers flush (what stays undelivered is purged and reported
-indeterminate) and the members close. ``finish()`` after the heal waits until each
+indeterminate; kafka-python's sender is closed by force) and the members close. A
+delivery report that comes after that is not recorded (the send stays pending, so
+indeterminate: it may land after the final read) but counted in ``notes``.
+
+The clients' own logs are kept for a failure's evidence (``client_logs``, saved in the
+history's meta by the runner): librdkafka's ``eos`` debug lines (the idempotent
+producer's id, epoch bumps and their reasons) and kafka-python's warnings, the last
+``LOG_LINES`` of each producer. ``finish()`` after the heal waits until each
 partition's ISR is every broker and every replica's log end is the leader's high
 watermark, then records the group's committed offsets (an OffsetFetch, no join) and
 the final read of each partition (``assign()`` from the log start to the high
 watermark).
 """
 
+import logging
 import threading
 import time
+from collections import deque
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
+from kafka.errors import KafkaTimeoutError
 
 from .cluster import KAFKA_PORT
 from .history import History
@@ -50,7 +60,7 @@ DELIVERY_TIMEOUT_MS = 20_000
 REQUEST_TIMEOUT_MS = 3_000
 FLUSH_S = 10.0
 POLL_S = 0.2
-SILENT = 0  # librdkafka's log level: its connection errors under faults are expected
+LOG_LINES = 400  # client log lines kept per producer
 
 
 class ModernWorkload:
@@ -66,7 +76,10 @@ class ModernWorkload:
         self._stop = threading.Event()
         self._threads = []
         self.errors = []  # unexpected exceptions of the threads themselves (bugs)
-        self.notes = []  # what the clients reported that the checker does not see (fatal errors)
+        self.notes = []  # what the clients reported that the checker does not see (fatal errors, late reports)
+        self.client_logs = {}  # producer name -> its last log lines
+        self._sealed = False  # set once the producers are done: later delivery reports are not recorded
+        self._late = {}  # producer name -> delivery reports after the seal
 
     @property
     def bootstrap(self) -> str:
@@ -86,9 +99,30 @@ class ModernWorkload:
         self._stop.set()
         for thread in self._threads:
             thread.join(FLUSH_S + 20)
+        self._sealed = True
         alive = [thread.name for thread in self._threads if thread.is_alive()]
         assert not alive, f"modern workload threads still running: {alive}"
         self._threads.clear()
+
+    def _record(self, name: str, record) -> None:
+        """Run ``record`` (a delivery report's history call) unless the producers are done."""
+        if self._sealed:
+            self._late[name] = self._late.get(name, 0) + 1
+            return
+        record()
+
+    def late_reports(self) -> dict:
+        return dict(self._late)
+
+    def _client_log(self, name: str, logger_name: str, level: int) -> logging.Logger:
+        """A logger of the producer's own whose lines go to ``client_logs[name]``."""
+        lines = self.client_logs.setdefault(name, deque(maxlen=LOG_LINES))
+        handler = _LinesHandler(lines)
+        logger = logging.getLogger(logger_name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
+        return logger
 
     def __enter__(self) -> "ModernWorkload":
         return self.start()
@@ -121,25 +155,28 @@ class ModernWorkload:
 
     # --- confluent-kafka ----------------------------------------------------------------
 
-    def _confluent_producer(self, acks: str, idempotent: bool) -> Producer:
+    def _confluent_producer(self, name: str, acks: str, idempotent: bool) -> Producer:
         settings = {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4", "acks": acks,
                     "enable.idempotence": idempotent, "linger.ms": 5, "message.timeout.ms": DELIVERY_TIMEOUT_MS,
                     "request.timeout.ms": REQUEST_TIMEOUT_MS, "topic.metadata.refresh.interval.ms": 1000,
-                    "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000, "log_level": SILENT}
+                    "retry.backoff.ms": 100, "reconnect.backoff.max.ms": 1000, "client.id": name,
+                    "logger": self._client_log(name, f"mpbroker.faults.librdkafka.{name}", logging.DEBUG)}
+        if idempotent:
+            settings["debug"] = "eos"  # the producer id, epoch bumps and why
         if not idempotent:
             settings["max.in.flight.requests.per.connection"] = 1
         return Producer(settings)
 
     def _confluent_loop(self, name: str, acks: str, idempotent: bool) -> None:
         history = self.history
-        producer = self._confluent_producer(acks, idempotent)
+        producer = self._confluent_producer(name, acks, idempotent)
 
         def delivered(send_id):
             def report(error, message):
                 if error is None:
-                    history.send_ok(send_id, message.offset())
+                    self._record(name, lambda: history.send_ok(send_id, message.offset()))
                 else:
-                    history.send_error(send_id, error.name())
+                    self._record(name, lambda: history.send_error(send_id, error.name()))
                     if error.fatal():
                         fatal.append(error)
             return report
@@ -152,7 +189,7 @@ class ModernWorkload:
                 self.notes.append(f"{name}: fatal {fatal[0].name()}: {fatal[0].str()}; a new producer")
                 fatal.clear()
                 self._drain_confluent(producer, 0)
-                producer = self._confluent_producer(acks, idempotent)
+                producer = self._confluent_producer(name, acks, idempotent)
             partition = self.partitions[sequence % len(self.partitions)]
             value = f"{name}-{sequence}".encode()
             send_id = history.begin_send(name, CONFLUENT, acks, idempotent, self.topic, partition, value)
@@ -175,16 +212,17 @@ class ModernWorkload:
 
     def _kafka_python_loop(self, name: str, acks: str, idempotent: bool) -> None:
         history = self.history
+        self._client_log(name, "kafka", logging.WARNING)  # kafka-python's one logger tree: one such producer
         producer = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), acks=acks if acks == "all" else int(acks),
                                  enable_idempotence=idempotent, linger_ms=5, request_timeout_ms=REQUEST_TIMEOUT_MS,
                                  delivery_timeout_ms=DELIVERY_TIMEOUT_MS, metadata_max_age_ms=1000,
-                                 retry_backoff_ms=100, max_block_ms=2000)
+                                 retry_backoff_ms=100, max_block_ms=2000, client_id=name)
 
         def delivered(send_id):
-            return lambda metadata: history.send_ok(send_id, metadata.offset)
+            return lambda metadata: self._record(name, lambda: history.send_ok(send_id, metadata.offset))
 
         def failed(send_id):
-            return lambda exc: history.send_error(send_id, type(exc).__name__)
+            return lambda exc: self._record(name, lambda: history.send_error(send_id, type(exc).__name__))
 
         try:
             for sequence in self._paced():
@@ -200,8 +238,15 @@ class ModernWorkload:
                 future.add_callback(delivered(send_id))
                 future.add_errback(failed(send_id))
             producer.flush(FLUSH_S)
+        except KafkaTimeoutError:
+            undelivered = sum(send.outcome == "pending" for send in list(history.sends.values())
+                              if send.producer == name)
+            self.notes.append(f"{name}: {undelivered} sends undelivered {FLUSH_S:.0f} s after the load stopped")
         finally:
-            producer.close(timeout=2)  # what is still undelivered fails: its errback records it
+            try:
+                producer.close(timeout=2)  # what is still undelivered fails: its errback records it
+            except KafkaTimeoutError:  # close() flushes first, and raises if that times out
+                producer._sender.force_close()  # noqa: SLF001 - the one way to stop its sender thread
 
     # --- the consumer group ---------------------------------------------------------------
 
@@ -211,7 +256,8 @@ class ModernWorkload:
                              "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False,
                              "auto.offset.reset": "earliest", "session.timeout.ms": 6000,
                              "heartbeat.interval.ms": 1000, "topic.metadata.refresh.interval.ms": 1000,
-                             "socket.timeout.ms": 5000, "log_level": SILENT, "client.id": member})
+                             "socket.timeout.ms": 5000, "client.id": member,
+                             "logger": self._client_log(member, f"mpbroker.faults.librdkafka.{member}", logging.ERROR)})
         try:
             consumer.subscribe([self.topic])
             while not self._stop.is_set():
@@ -274,7 +320,8 @@ class ModernWorkload:
         for partition in self.partitions:
             self.wait_settled(partition, timeout)
         reader = Consumer({"bootstrap.servers": self.bootstrap, "broker.address.family": "v4", "group.id": GROUP,
-                           "enable.auto.commit": False, "log_level": SILENT})
+                           "enable.auto.commit": False, "logger": self._client_log("final", "mpbroker.faults.final",
+                                                                                   logging.ERROR)})
         try:
             committed = reader.committed([TopicPartition(self.topic, p) for p in self.partitions], timeout=15)
             self.history.record_group_final(self.topic, {found.partition: found.offset for found in committed
@@ -298,6 +345,15 @@ class ModernWorkload:
             assert entries and entries[-1][0] >= high - 1, \
                 f"final read of {self.topic}-{partition}: {len(entries)} records, the high watermark is {high}"
         self.history.record_modern_final(self.topic, partition, [(o, v) for o, v in entries if o < high], high)
+
+
+class _LinesHandler(logging.Handler):
+    def __init__(self, lines: deque):
+        super().__init__()
+        self.lines = lines
+
+    def emit(self, record) -> None:
+        self.lines.append(f"{time.monotonic():.3f} {record.levelname} {record.getMessage()}")
 
 
 def _error_name(error) -> str:

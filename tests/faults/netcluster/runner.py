@@ -2,7 +2,10 @@
 
 Owns the sequence of a run: a private network and a fresh cluster (ZooKeeper and three
 brokers under the power-cut shim), a topic of two partitions (RF 3,
-``min.insync.replicas`` 2), the workload (``workload``) recording into a ``History``,
+``min.insync.replicas`` 2) and a record-batch topic like it, the workloads recording
+into one ``History`` (``workload``: mpbroker's 0.7 clients on the first;
+``modern_workload``: confluent-kafka and kafka-python producers and a committing
+consumer group on the second, during the same faults),
 the schedule's faults (``nemesis``) after a few quiet seconds, a few more seconds of
 load after the last heal (every partition must acknowledge a durability-2 write within
 ``LIVENESS_S`` of it: a cluster that takes nothing after the faults fails), then the
@@ -19,6 +22,7 @@ The command (the issue's long run; CI runs a few schedules through
 
 prints the base seed first, each run's schedule, applied faults and check table, and
 at the end a summary (faults by kind, messages acknowledged and lost by durability,
+the modern clients' values acknowledged, lost and duplicated by client and acks,
 failed seeds), written to ``bench/results/faults.json`` and ``faults.md``. Needs root
 (network namespaces), ZooKeeper and a C compiler, as the fault suite does.
 """
@@ -143,7 +147,9 @@ def _run(cluster, network, history, schedule, result, log) -> None:
         result.recovered_s = _recovered(history, healed)
     assert not workload.errors, f"workload threads failed: {workload.errors}"
     assert not modern.errors, f"modern workload threads failed: {modern.errors}"
-    result.notes = modern.notes
+    result.notes = modern.notes + [f"{name}: {n} delivery reports after the producers stopped, not recorded"
+                                   for name, n in modern.late_reports().items()]
+    history.meta["client_logs"] = {name: list(lines) for name, lines in modern.client_logs.items()}
     workload.finish(history, SETTLE_S)
     modern.finish(SETTLE_S)
     result.report = check(history)
