@@ -1,8 +1,10 @@
 """The modern clients' checker (tests/faults/netcluster/modern_checker.py, folded into
-``checker.check``) on histories written by hand, no brokers: a clean history passes,
+``checker.check``) on histories written by hand, no brokers (and the final read's
+batch headers parsed from log bytes): a clean history passes,
 each rule fires on the history that breaks it, and what is only counted (acks=1
 losses, duplicates and reordering without idempotence) is no failure."""
 
+from mpbroker.records.batch import pack_batch
 from tests.faults.netcluster.checker import check
 from tests.faults.netcluster.history import FAILED, INDETERMINATE, OK, History
 from tests.faults.netcluster.modern_checker import (
@@ -15,7 +17,9 @@ from tests.faults.netcluster.modern_checker import (
     MODERN_LOST,
     MODERN_MISSING_FINAL,
     MODERN_ORDER,
+    RESENT_AFTER_BUMP,
 )
+from tests.faults.netcluster.modern_workload import idempotent_batches
 from tests.faults.netcluster.runner import RunResult, summarize, summary_table
 
 TOPIC = "m"
@@ -66,10 +70,13 @@ class ModernRun:
         self.history.record_commit(member, TOPIC, {partition: offset}, self.tick(), ok,
                                    None if ok else "REBALANCE_IN_PROGRESS", end=self.tick())
 
-    def finish(self, committed=None, partitions=(0, 1)) -> History:
+    def finish(self, committed=None, partitions=(0, 1), batches=()) -> History:
+        """``batches``: the idempotent batches the leader stored, (base offset, records,
+        producer id, epoch, base sequence)."""
         for partition in partitions:
             log = self.logs[partition]
-            self.history.record_modern_final(TOPIC, partition, log, log[-1][0] + 1 if log else 0, at=self.tick())
+            self.history.record_modern_final(TOPIC, partition, log, log[-1][0] + 1 if log else 0, at=self.tick(),
+                                             batches=batches if partition == 0 else ())
         if committed is None:  # the highest acknowledged commit of each partition
             committed = {}
             for commit in self.history.commits:
@@ -141,6 +148,31 @@ def test_an_idempotent_duplicate_is_a_failure_a_plain_one_counted():
     assert report.modern.by_label()["kafka-python acks=all idempotent"]["duplicates"] == 1
     assert report.modern.by_label()["confluent-kafka acks=1"]["duplicates"] == 1
     assert "duplicates without idempotence (counted, not a failure)" in report.details()
+
+
+def test_an_idempotent_duplicate_is_told_apart_by_the_epochs_stored():
+    def run_with(second_epoch):
+        run = ModernRun()
+        first = run.send("c1", 0)
+        run.send("c1", 2)
+        again = run.append(0, b"c1-0")  # sent again by the client
+        return run.finish(committed={}, partitions=(0,), batches=[
+            (run.history.sends[first].offset, 2, 7, 0, 10), (again, 1, 7, second_epoch, 0 if second_epoch else 10)])
+
+    same = check(run_with(0))
+    assert same.failures() == {IDEMPOTENT_DUPLICATES: 1}
+    assert "stored as producer 7 epoch 0 sequence 10, producer 7 epoch 0 sequence 10" in same.details()
+    bumped = check(run_with(1))
+    assert bumped.failures() == {RESENT_AFTER_BUMP: 1}
+    assert "producer 7 epoch 0 sequence 10, producer 7 epoch 1 sequence 0" in bumped.details()
+
+
+def test_the_idempotent_batches_are_read_from_the_log_bytes():
+    log = b"".join([pack_batch(b"", 2, base_offset=100, producer_id=7, producer_epoch=1, base_sequence=5),
+                    pack_batch(b"", 1, base_offset=150),  # no producer id: left out
+                    pack_batch(b"", 3, base_offset=200, producer_id=8, producer_epoch=0, base_sequence=0),
+                    pack_batch(b"", 1, base_offset=260, producer_id=8, producer_epoch=0, base_sequence=3)])
+    assert idempotent_batches(log, 260) == [(100, 2, 7, 1, 5), (200, 3, 8, 0, 0)]
 
 
 def test_a_value_not_at_the_offset_its_ack_named_is_an_order_failure():

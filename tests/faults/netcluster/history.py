@@ -39,7 +39,8 @@ there are the modern protocol's: one per record, increasing, not dense):
 - **Commits** (``Commit``): every synchronous offset commit of a member: partition ->
   offset (the next record to read), ok or not, start and end.
 - **Modern final reads** (``ModernFinalRead``): per partition, every record from the
-  log start to the high watermark after the heal, ``(offset, value)``; and
+  log start to the high watermark after the heal, ``(offset, value)``, with the
+  producer id, epoch and sequence of each idempotent batch as the leader stored it; and
   ``group_final``, the group's committed offset of each partition after the run.
 
 Names (producers, readers, brokers, fault targets) are ints or strings: they go through
@@ -208,6 +209,9 @@ class ModernFinalRead:
     entries: list  # (offset, value), in log order
     high_watermark: int
     time: float
+    # (base offset, records, producer id, producer epoch, base sequence) of each stored batch
+    # with a producer id, from the leader's log on disk: which try of which producer wrote what
+    batches: list = field(default_factory=list)
 
 
 @dataclass
@@ -381,9 +385,9 @@ class History:
             self.commits.append(commit)
 
     def record_modern_final(self, topic: str, partition: int, entries, high_watermark: int,
-                            at: float | None = None) -> None:
+                            at: float | None = None, batches=()) -> None:
         final = ModernFinalRead(topic, partition, [(int(o), bytes(v)) for o, v in entries], int(high_watermark),
-                                time.monotonic() if at is None else at)
+                                time.monotonic() if at is None else at, [tuple(map(int, b)) for b in batches])
         with self._lock:
             self.modern_finals[(topic, partition)] = final
 
@@ -494,6 +498,7 @@ class History:
                     history.commits.append(Commit(**record))
                 elif kind == "modern_final":
                     record["entries"] = [(o, _unb64(v)) for o, v in record["entries"]]
+                    record["batches"] = [tuple(batch) for batch in record.get("batches", ())]
                     final = ModernFinalRead(**record)
                     history.modern_finals[(final.topic, final.partition)] = final
                 elif kind == "group_final":

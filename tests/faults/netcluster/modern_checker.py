@@ -18,9 +18,15 @@ workload judged it one that certainly appended nothing.
   failure for producers with ``acks=all`` (every one of them writes a topic with
   ``min.insync.replicas`` 2); counted, not a failure, with ``acks=1``.
 - **Duplicates**: a value more than once in the final read. From an idempotent
-  producer a failure (the broker must answer a retried batch with its first offsets and
-  not store it again); from a non-idempotent one counted, explained by the client's own
-  retries (a batch stored whose answer was lost, sent again).
+  producer a failure, of one of two kinds by the producer id and epoch the leader
+  stored with each copy (``ModernFinalRead.batches``): the same in every copy, or not
+  known, is *idempotent duplicates*, the broker's defect (it must answer a retried
+  batch with its first offsets and not store it again); copies under different epochs
+  or producer ids are *idempotent duplicates across an epoch bump*: the client sent a
+  possibly stored message again as a new one after bumping its epoch (librdkafka does
+  so after some errors, its issue 4953), which no broker can recognise. From a
+  non-idempotent producer counted, explained by the client's own retries (a batch
+  stored whose answer was lost, sent again).
 - **Order**: each acknowledged value at the offset its acknowledgement named (a copy
   of it there, for a duplicated one), for every producer: a failure. And for each
   producer and partition, its acknowledged values in the order they were sent
@@ -58,7 +64,8 @@ from .history import FAILED, OK, History
 EXAMPLES = 5
 
 MODERN_LOST = "modern acks=all lost"
-IDEMPOTENT_DUPLICATES = "idempotent duplicates"
+IDEMPOTENT_DUPLICATES = "idempotent duplicates"  # copies under one producer epoch (or not known)
+RESENT_AFTER_BUMP = "idempotent duplicates across an epoch bump"  # copies under different producer epochs or ids
 MODERN_ORDER = "modern order"
 MODERN_ABORTED = "modern aborted reads"
 GROUP_DIVERGENT = "divergent group reads"
@@ -66,7 +73,7 @@ COMMIT_AHEAD = "commits ahead of reads"
 COMMIT_LOST = "commits lost"
 GROUP_SKIPPED = "skipped by the group"
 MODERN_MISSING_FINAL = "modern missing final read"
-MODERN_FAILURE_KINDS = (MODERN_LOST, IDEMPOTENT_DUPLICATES, MODERN_ORDER, MODERN_ABORTED, GROUP_DIVERGENT,
+MODERN_FAILURE_KINDS = (MODERN_LOST, IDEMPOTENT_DUPLICATES, RESENT_AFTER_BUMP, MODERN_ORDER, MODERN_ABORTED, GROUP_DIVERGENT,
                         COMMIT_AHEAD, COMMIT_LOST, GROUP_SKIPPED, MODERN_MISSING_FINAL)
 
 
@@ -203,6 +210,7 @@ def _check_duplicates(history, finals: dict, report: ModernReport) -> None:
     for send in history.sends.values():
         senders.setdefault((send.topic, send.partition, send.value), send)
     for (topic, partition), final in finals.items():
+        writers = _Writers(history.modern_finals.get((topic, partition)))
         for value, offsets in final.copies.items():
             if len(offsets) < 2:
                 continue
@@ -213,10 +221,31 @@ def _check_duplicates(history, finals: dict, report: ModernReport) -> None:
             row.duplicates += len(offsets) - 1
             where = f"{topic}-{partition}: {value!r} of {send.producer} ({row.label}) at offsets {offsets}"
             if send.idempotent:
-                report.counts[IDEMPOTENT_DUPLICATES] += len(offsets) - 1
-                report.note(IDEMPOTENT_DUPLICATES, where)
+                stored = [writers.at(offset) for offset in offsets]
+                described = ", ".join("unknown" if s is None else f"producer {s[0]} epoch {s[1]} sequence {s[2]}"
+                                      for s in stored)
+                bumped = None not in stored and len({s[:2] for s in stored}) > 1
+                kind = RESENT_AFTER_BUMP if bumped else IDEMPOTENT_DUPLICATES
+                report.counts[kind] += len(offsets) - 1
+                report.note(kind, f"{where}, stored as {described}")
             else:
                 report.note("duplicates without idempotence (counted, not a failure)", where)
+
+
+class _Writers:
+    """Offset -> (producer id, epoch, sequence) of the record there, from the batches
+    the final read recorded."""
+
+    def __init__(self, final_read):
+        self.batches = sorted(final_read.batches) if final_read is not None else []
+        self.bases = [batch[0] for batch in self.batches]
+
+    def at(self, offset: int):
+        index = bisect_right(self.bases, offset) - 1
+        if index < 0:
+            return None
+        base, records, producer_id, epoch, sequence = self.batches[index]
+        return (producer_id, epoch, sequence + offset - base) if offset < base + records else None
 
 
 def _check_order(producer, topic, partition, sends, final: _Final, report: ModernReport) -> None:

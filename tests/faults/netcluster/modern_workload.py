@@ -45,6 +45,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 from kafka.errors import KafkaTimeoutError
 
+from mpbroker.records.batch import HEADER_SIZE, PREFIX_SIZE, read_header
+from tests.replication import cluster as replicated
+
 from .cluster import KAFKA_PORT
 from .history import History
 
@@ -60,7 +63,7 @@ DELIVERY_TIMEOUT_MS = 20_000
 REQUEST_TIMEOUT_MS = 3_000
 FLUSH_S = 10.0
 POLL_S = 0.2
-LOG_LINES = 400  # client log lines kept per producer
+LOG_LINES = 2000  # client log lines kept per producer
 
 
 class ModernWorkload:
@@ -317,8 +320,7 @@ class ModernWorkload:
 
     def finish(self, timeout: float = 60.0) -> None:
         """Record the group's committed offsets and every partition's final read."""
-        for partition in self.partitions:
-            self.wait_settled(partition, timeout)
+        leaders = {partition: self.wait_settled(partition, timeout) for partition in self.partitions}
         reader = Consumer({"bootstrap.servers": self.bootstrap, "broker.address.family": "v4", "group.id": GROUP,
                            "enable.auto.commit": False, "logger": self._client_log("final", "mpbroker.faults.final",
                                                                                    logging.ERROR)})
@@ -327,11 +329,11 @@ class ModernWorkload:
             self.history.record_group_final(self.topic, {found.partition: found.offset for found in committed
                                                          if found.offset >= 0})
             for partition in self.partitions:
-                self._final_read(reader, partition)
+                self._final_read(reader, partition, leaders[partition])
         finally:
             reader.close()
 
-    def _final_read(self, reader: Consumer, partition: int) -> None:
+    def _final_read(self, reader: Consumer, partition: int, leader: int) -> None:
         low, high = reader.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=15)
         entries = []
         if high > low:
@@ -344,7 +346,25 @@ class ModernWorkload:
             reader.unassign()
             assert entries and entries[-1][0] >= high - 1, \
                 f"final read of {self.topic}-{partition}: {len(entries)} records, the high watermark is {high}"
-        self.history.record_modern_final(self.topic, partition, [(o, v) for o, v in entries if o < high], high)
+        batches = idempotent_batches(replicated.log_bytes(self.cluster.brokers[leader], self.topic, partition), high)
+        self.history.record_modern_final(self.topic, partition, [(o, v) for o, v in entries if o < high], high,
+                                         batches=batches)
+
+
+def idempotent_batches(log: bytes, high_watermark: int) -> list:
+    """``(base offset, records, producer id, epoch, base sequence)`` of each batch with a
+    producer id in a record-batch log's bytes, below the high watermark."""
+    found = []
+    position = 0
+    while position + HEADER_SIZE <= len(log):
+        header = read_header(log, position)
+        if header.base_offset >= high_watermark:
+            break
+        if header.producer_id >= 0:
+            found.append((header.base_offset, header.records, header.producer_id, header.producer_epoch,
+                          header.base_sequence))
+        position += PREFIX_SIZE + header.batch_length
+    return found
 
 
 class _LinesHandler(logging.Handler):
