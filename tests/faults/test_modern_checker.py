@@ -109,9 +109,9 @@ def test_a_clean_history_passes_and_shows_its_rows():
     assert "modern clients: 18 sends (ok 18)" in table
     assert "confluent-kafka acks=all idempotent" in table and "kafka-python acks=all idempotent" in table
     assert report.modern.by_label() == {
-        "confluent-kafka acks=1": {"acknowledged": 6, "lost": 0, "duplicates": 0},
-        "confluent-kafka acks=all idempotent": {"acknowledged": 6, "lost": 0, "duplicates": 0},
-        "kafka-python acks=all idempotent": {"acknowledged": 6, "lost": 0, "duplicates": 0}}
+        "confluent-kafka acks=1": {"acknowledged": 6, "lost": 0, "duplicates": 0, "resent": 0},
+        "confluent-kafka acks=all idempotent": {"acknowledged": 6, "lost": 0, "duplicates": 0, "resent": 0},
+        "kafka-python acks=all idempotent": {"acknowledged": 6, "lost": 0, "duplicates": 0, "resent": 0}}
 
 
 def test_a_history_without_modern_clients_has_no_modern_report():
@@ -162,9 +162,12 @@ def test_an_idempotent_duplicate_is_told_apart_by_the_epochs_stored():
     same = check(run_with(0))
     assert same.failures() == {IDEMPOTENT_DUPLICATES: 1}
     assert "stored as producer 7 epoch 0 sequence 10, producer 7 epoch 0 sequence 10" in same.details()
-    bumped = check(run_with(1))
-    assert bumped.failures() == {RESENT_AFTER_BUMP: 1}
+    bumped = check(run_with(1))  # the client's doing (librdkafka issue 4953): counted
+    assert bumped.ok
+    assert f"{RESENT_AFTER_BUMP}:\n" in bumped.details()
     assert "producer 7 epoch 0 sequence 10, producer 7 epoch 1 sequence 0" in bumped.details()
+    assert bumped.modern.by_label()["confluent-kafka acks=all idempotent"] == {
+        "acknowledged": 2, "lost": 0, "duplicates": 1, "resent": 1}
 
 
 def test_the_idempotent_batches_are_read_from_the_log_bytes():
@@ -289,8 +292,8 @@ def test_the_runners_summary_carries_the_modern_rows():
     lossy.logs[0] = [(100, b"c2-0"), (101, b"c2-0"), (102, b"c1-1")]  # one plain duplicate
     results = [RunResult(1, [], report=clean), RunResult(2, [], report=check(lossy.finish(committed={})))]
     summary = summarize(results)
-    assert summary["modern"]["confluent-kafka acks=1"] == {"acknowledged": 7, "lost": 0, "duplicates": 1}
-    assert summary["modern"]["kafka-python acks=all idempotent"] == {"acknowledged": 6, "lost": 0, "duplicates": 0}
+    assert summary["modern"]["confluent-kafka acks=1"] == {"acknowledged": 7, "lost": 0, "duplicates": 1, "resent": 0}
+    assert summary["modern"]["kafka-python acks=all idempotent"] == {"acknowledged": 6, "lost": 0, "duplicates": 0, "resent": 0}
     table = summary_table(summary, base_seed=3)
-    assert "| confluent-kafka acks=1 | 7 | 0 | 1 |" in table
-    assert "| confluent-kafka acks=all idempotent | 7 | 0 | 0 |" in table
+    assert "| confluent-kafka acks=1 | 7 | 0 | 1 (0) |" in table
+    assert "| confluent-kafka acks=all idempotent | 7 | 0 | 0 (0) |" in table

@@ -193,7 +193,7 @@ def summarize(results: list) -> dict:
         "acknowledged": {f"d{d}": acknowledged[d] for d in (0, 1, 2)},
         "lost": {f"d{d}": lost[d] for d in (0, 1, 2)},
         "failures": dict(failures),
-        "modern": {label: {name: counts[name] for name in ("acknowledged", "lost", "duplicates")}
+        "modern": {label: {name: counts[name] for name in ("acknowledged", "lost", "duplicates", "resent")}
                    for label, counts in sorted(modern.items())},
         "recovered_s": _spread([seconds for result in results for seconds in result.recovered_s.values()]),
         "elapsed_s": round(sum(result.elapsed_s for result in results)),
@@ -215,9 +215,10 @@ def summary_table(summary: dict, base_seed=None) -> str:
     lost = " / ".join(f"{summary['lost'][f'd{d}']:,}" for d in (0, 1, 2))
     lines.append(f"| {summary['schedules']} | {summary['ok']} | {faults} | {acknowledged} | {lost} |")
     if summary.get("modern"):
-        lines += ["", "| modern client / acks | acknowledged | lost | duplicates |", "|---|---|---|---|"]
-        lines += [f"| {label} | {row['acknowledged']:,} | {row['lost']:,} | {row['duplicates']:,} |"
-                  for label, row in summary["modern"].items()]
+        lines += ["", "| modern client / acks | acknowledged | lost | duplicates (resent after an epoch bump) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label} | {row['acknowledged']:,} | {row['lost']:,} | {row['duplicates']:,} "
+                  f"({row.get('resent', 0):,}) |" for label, row in summary["modern"].items()]
     recovered = summary.get("recovered_s")
     if recovered:
         lines.append(f"\nfirst durability-2 acknowledgement of a partition after the last heal: median "
