@@ -368,12 +368,24 @@ def idempotent_batches(log: bytes, high_watermark: int) -> list:
 
 
 class _LinesHandler(logging.Handler):
+    """Log lines into a deque; a line that repeats the one before is counted on it, not
+    kept again (a client's I/O thread can log one error thousands of times)."""
+
     def __init__(self, lines: deque):
         super().__init__()
         self.lines = lines
+        self.previous, self.repeats = None, 0
 
     def emit(self, record) -> None:
-        self.lines.append(f"{time.monotonic():.3f} {record.levelname} {record.getMessage()}")
+        text = f"{record.levelname} {record.getMessage()}"
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f" ({record.exc_info[1]!r})"
+        if text == self.previous and self.lines:
+            self.repeats += 1
+            self.lines[-1] = f"{self.lines[-1].split(' [repeated', 1)[0]} [repeated {self.repeats} times]"
+            return
+        self.previous, self.repeats = text, 0
+        self.lines.append(f"{time.monotonic():.3f} {text}")
 
 
 def _error_name(error) -> str:
