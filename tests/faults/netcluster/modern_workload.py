@@ -61,7 +61,7 @@ RATE = 150  # messages a second per producer
 QUEUED_MAX = 2000  # a producer waits while this many of its messages are undelivered
 DELIVERY_TIMEOUT_MS = 20_000
 REQUEST_TIMEOUT_MS = 3_000
-FLUSH_S = 10.0
+FLUSH_S = 5.0
 POLL_S = 0.2
 LOG_LINES = 2000  # client log lines kept per producer
 
