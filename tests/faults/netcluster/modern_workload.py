@@ -28,7 +28,8 @@ indeterminate: it may land after the final read) but counted in ``notes``.
 
 The clients' own logs are kept for a failure's evidence (``client_logs``, saved in the
 history's meta by the runner): librdkafka's ``eos`` debug lines (the idempotent
-producer's id, epoch bumps and their reasons) and kafka-python's warnings, the last
+producer's id, epoch bumps and their reasons), kafka-python's warnings and its
+transaction manager's debug lines (its producer id's states), the last
 ``LOG_LINES`` of each producer. ``finish()`` after the heal waits until each
 partition's ISR is every broker and every replica's log end is the leader's high
 watermark, then records the group's committed offsets (an OffsetFetch, no join) and
@@ -61,7 +62,7 @@ RATE = 150  # messages a second per producer
 QUEUED_MAX = 2000  # a producer waits while this many of its messages are undelivered
 DELIVERY_TIMEOUT_MS = 20_000
 REQUEST_TIMEOUT_MS = 3_000
-FLUSH_S = 5.0
+FLUSH_S = 3.0
 POLL_S = 0.2
 LOG_LINES = 2000  # client log lines kept per producer
 
@@ -216,6 +217,7 @@ class ModernWorkload:
     def _kafka_python_loop(self, name: str, acks: str, idempotent: bool) -> None:
         history = self.history
         self._client_log(name, "kafka", logging.WARNING)  # kafka-python's one logger tree: one such producer
+        logging.getLogger("kafka.producer.transaction_manager").setLevel(logging.DEBUG)  # its producer id's states
         producer = KafkaProducer(bootstrap_servers=self.bootstrap.split(","), acks=acks if acks == "all" else int(acks),
                                  enable_idempotence=idempotent, linger_ms=5, request_timeout_ms=REQUEST_TIMEOUT_MS,
                                  delivery_timeout_ms=DELIVERY_TIMEOUT_MS, metadata_max_age_ms=1000,
@@ -247,7 +249,7 @@ class ModernWorkload:
             self.notes.append(f"{name}: {undelivered} sends undelivered {FLUSH_S:.0f} s after the load stopped")
         finally:
             try:
-                producer.close(timeout=2)  # what is still undelivered fails: its errback records it
+                producer.close(timeout=1)  # what is still undelivered fails: its errback records it
             except KafkaTimeoutError:  # close() flushes first, and raises if that times out
                 producer._sender.force_close()  # noqa: SLF001 - the one way to stop its sender thread
 
