@@ -12,7 +12,14 @@ broker registers and Metadata advertises):
   sends unique values ``b"<name>-<seq>"`` to the partitions in turn, at a steady pace
   from one thread, each recorded before ``produce()``/``send()`` and finished by its
   delivery report (the offset, or the error). Retries are the clients' own, inside
-  the library, up to ``DELIVERY_TIMEOUT_MS``. A send the library refused before queueing
+  the library, up to ``DELIVERY_TIMEOUT_MS``, longer than a schedule's faults: a
+  message that expires makes librdkafka's idempotent producer bump its epoch (copies
+  the checker counts as resent), and kafka-python 3.0.12's stop for good. Against a
+  broker whose InitProducerId is below version 3 (mpbroker's: no KIP-360 epoch bump)
+  kafka-python resets its producer id after an expiry and never asks for a new one
+  (``TransactionManager.reset_producer_id`` leaves its state READY, so
+  ``init_producer_id`` does nothing): its sender sends nothing again (seeds 161042648,
+  271041745, 577090037 with a 20 s timeout). A send the library refused before queueing
   it (``BufferError``, a metadata timeout) certainly appended nothing: ``failed``; every
   reported error is indeterminate. An idempotent producer that hits a fatal error is
   replaced by a new one (new producer id), the error kept in ``notes``.
@@ -60,10 +67,11 @@ GROUP = "nemesis-group"
 MEMBERS = ("g1", "g2")
 RATE = 150  # messages a second per producer
 QUEUED_MAX = 2000  # a producer waits while this many of its messages are undelivered
-DELIVERY_TIMEOUT_MS = 20_000
+DELIVERY_TIMEOUT_MS = 120_000  # longer than any schedule's faults: a client retries until the heal (module docstring)
 REQUEST_TIMEOUT_MS = 3_000
 FLUSH_S = 3.0
 POLL_S = 0.2
+WARM_S = 30.0  # how long prepare() looks for the group's coordinator
 LOG_LINES = 2000  # client log lines kept per producer
 
 
@@ -91,7 +99,33 @@ class ModernWorkload:
 
     # --- life cycle -------------------------------------------------------------------
 
+    def prepare(self) -> None:
+        """Start finding the group's coordinator in the background (its first FindCoordinator
+        makes the brokers create ``__consumer_offsets``: seconds on a fresh cluster, which
+        would otherwise come out of the schedule); ``start`` waits for it."""
+        self._warming = threading.Thread(target=self._warm, name="modern-warm", daemon=True)
+        self._warming.start()
+
+    def _warm(self) -> None:
+        reader = Consumer({"bootstrap.servers": self.bootstrap, "broker.address.family": "v4", "group.id": GROUP,
+                           "enable.auto.commit": False, "logger": self._client_log("warm", "mpbroker.faults.warm",
+                                                                                   logging.ERROR)})
+        try:
+            deadline = time.monotonic() + WARM_S
+            while time.monotonic() < deadline:
+                try:
+                    reader.committed([TopicPartition(self.topic, 0)], timeout=2)
+                    return
+                except KafkaException:  # COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: not yet
+                    time.sleep(0.1)
+            self.notes.append(f"the group's coordinator was not found in {WARM_S:.0f} s before the load")
+        finally:
+            reader.close()
+
     def start(self) -> "ModernWorkload":
+        warming = getattr(self, "_warming", None)
+        if warming is not None:
+            warming.join(WARM_S + 5)
         for name, client, acks, idempotent in self.producers:
             loop = self._confluent_loop if client == CONFLUENT else self._kafka_python_loop
             self._spawn(f"modern-{name}", loop, name, acks, idempotent)

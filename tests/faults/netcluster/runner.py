@@ -126,13 +126,14 @@ def run_schedule(schedule, directory: str, shim_library: str, log=None) -> RunRe
 def _run(cluster, network, history, schedule, result, log) -> None:
     cluster.create_topic(TOPIC, PARTITIONS, len(BROKER_IDS))
     cluster.create_topic(MODERN_TOPIC, PARTITIONS, len(BROKER_IDS), record_batches=True)
+    modern = ModernWorkload(cluster, history, MODERN_TOPIC, partitions=PARTITIONS)
+    modern.prepare()  # the group's coordinator found while the topics settle
     for topic in (TOPIC, MODERN_TOPIC):
         for partition in range(PARTITIONS):  # nothing before the workload: every payload is in the history
             wait_for(lambda: cluster.leader(topic, partition) is not None, 30, f"a leader of {topic}-{partition}",
                      detail=cluster.log_tails)
             cluster.wait_isr(topic, BROKER_IDS, partition=partition)
     workload = Workload(cluster, history, TOPIC, partitions=PARTITIONS)
-    modern = ModernWorkload(cluster, history, MODERN_TOPIC, partitions=PARTITIONS)
     started = time.monotonic()
     with workload, modern:
         time.sleep(BEFORE_S)
