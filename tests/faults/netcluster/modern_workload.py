@@ -7,8 +7,8 @@ broker's modern listener (``kafka.port``, at its node's address, which is what e
 broker registers and Metadata advertises):
 
 - **Producers** (``PRODUCERS``): confluent-kafka with ``acks=all`` and idempotence,
-  confluent-kafka with ``acks=1`` and no idempotence (one request in flight, so its own
-  retries keep order), kafka-python with ``acks=all`` and its default idempotence. Each
+  confluent-kafka with ``acks=1`` and no idempotence (one request in flight; its
+  retries may still reorder, as librdkafka warns, so the checker only counts that), kafka-python with ``acks=all`` and its default idempotence. Each
   sends unique values ``b"<name>-<seq>"`` to the partitions in turn, at a steady pace
   from one thread, each recorded before ``produce()``/``send()`` and finished by its
   delivery report (the offset, or the error). Retries are the clients' own, inside
@@ -23,7 +23,9 @@ broker registers and Metadata advertises):
   it (``BufferError``, a metadata timeout) certainly appended nothing: ``failed``; every
   reported error is indeterminate. An idempotent producer that hits a fatal error is
   replaced by a new one (new producer id), the error kept in ``notes``.
-- **A consumer group** (``GROUP``): two confluent-kafka members (cooperative-sticky
+- **A consumer group** (``GROUP``), its coordinator found first (``prepare``, while the
+  topics settle: the first FindCoordinator creates ``__consumer_offsets``, seconds on a
+  fresh cluster): two confluent-kafka members (cooperative-sticky
   assignment, no auto commit, ``auto.offset.reset=earliest``), each recording every
   message of a poll and then committing, synchronously, one past the highest offset it
   got of each partition in that poll.
