@@ -8,7 +8,11 @@ printed before anything runs so a hang can be replayed), and every seed of the
 regression list (``netcluster/regressions.py``: each seed's schedule kept as it ran). Each run must settle after its last
 heal, acknowledge a durability-2 write in every partition within 30 s of the last heal,
 and the checker must find nothing: no durability-2 write lost, no divergent
-read or replica, no unexplained duplicate, no order violation, no aborted read.
+read or replica, no unexplained duplicate, no order violation, no aborted read; and on
+the modern clients' record-batch topic (written and read during the same faults) no
+acks=all value lost, no duplicate from an idempotent producer, no reordering by one,
+no value away from the offset its ack named, no group commit ahead of the group's
+reads or lost.
 The long run (100 schedules, reported in the README) is the runner's command.
 """
 

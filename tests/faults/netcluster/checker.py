@@ -45,6 +45,10 @@ consumer got, at any time, from any broker.
   before any append), or none sent it at all (bytes nobody wrote). Counted once per
   (partition, payload).
 
+The modern clients' record-batch topic (confluent-kafka and kafka-python producers, a
+consumer group that commits) is checked by ``modern_checker``; its failures count here
+and its rows follow the table.
+
 Not failures but shown: operations, acknowledged payloads by durability, the faults
 applied by kind. ``Report.ok`` is False if anything above that is a failure is non-zero,
 or if a partition that was produced to or read has no final read (nothing could be
@@ -60,6 +64,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from .history import FAILED, OK, PENDING, History
+from .modern_checker import check_modern
 
 EXAMPLES = 5  # examples kept per kind of problem for details()
 
@@ -113,6 +118,7 @@ class Report:
     faults: Counter  # fault kind -> faults applied
     missing_final_reads: list  # (topic, partition) produced to or read, with no final read
     examples: dict  # failure kind (or "lost d0"/"lost d1"/"explained duplicates") -> [str]
+    modern: object = None  # modern_checker.ModernReport, None without modern clients
 
     # --- the verdict ----------------------------------------------------------------
 
@@ -147,6 +153,8 @@ class Report:
                   DIVERGENT_REPLICAS: self.total.divergent_replicas, DUPLICATED: self.total.duplicated_unexplained,
                   ORDER: self.total.order_violations, ABORTED: self.total.aborted_reads,
                   MISSING_FINAL: len(self.missing_final_reads)}
+        if self.modern is not None:
+            counts.update(self.modern.failures())
         return {kind: count for kind, count in counts.items() if count}
 
     @property
@@ -183,13 +191,16 @@ class Report:
         lines.append("(acked and lost count payloads; lost d0/d1 are the price of the weaker acknowledgements, not "
                      "failures; divergent: offsets read two ways / replica pairs differing below the HW or short logs; "
                      "dup: extra copies in the final read)")
+        if self.modern is not None:
+            lines.append(self.modern.table())
         lines.append("faults: " + (", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())) or "none"))
         return "\n".join(lines)
 
     def details(self) -> str:
         """The first examples of each kind of problem (and of the counted trade-offs)."""
         parts = []
-        for kind, examples in self.examples.items():
+        modern = self.modern.examples if self.modern is not None else {}
+        for kind, examples in [*self.examples.items(), *modern.items()]:
             if examples:
                 parts.append(f"{kind}:")
                 parts.extend(f"  {example}" for example in examples)
@@ -263,7 +274,7 @@ def check(history: History) -> Report:
     for report in partitions.values():
         total.add(report)
     return Report(history.seed, partitions, total, outcomes, acknowledged_attempts,
-                  Counter(fault.kind for fault in history.faults), missing, dict(examples))
+                  Counter(fault.kind for fault in history.faults), missing, dict(examples), check_modern(history))
 
 
 def _retry_roots(attempts: dict) -> dict:

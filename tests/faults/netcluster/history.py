@@ -23,6 +23,26 @@ What is recorded:
   disk with the leader's high watermark taken at that moment.
 - **Faults** (``Fault``): kind, target, start and end; the run's ``seed``; free ``meta``.
 
+And for the modern clients on the record-batch topic (``modern_workload``; offsets
+there are the modern protocol's: one per record, increasing, not dense):
+
+- **Sends** (``Send``): one per message handed to a modern producer (confluent-kafka,
+  kafka-python), recorded before ``produce()``/``send()`` and finished by its delivery
+  report: the producer's name, client, acks and idempotence, the partition, the value
+  (unique per message), and the outcome with the offset the acknowledgement named.
+  Retries are the client's own (librdkafka and kafka-python resend a batch
+  by themselves, up to their delivery timeout) and never appear here: one send may
+  be stored more than once by those retries, and only its final report is seen. So a
+  send's outcome is the outcome of all the client's attempts together.
+- **Group reads** (``GroupRead``): every message a member of the consumer group got,
+  with the member, partition, offset and value.
+- **Commits** (``Commit``): every synchronous offset commit of a member: partition ->
+  offset (the next record to read), ok or not, start and end.
+- **Modern final reads** (``ModernFinalRead``): per partition, every record from the
+  log start to the high watermark after the heal, ``(offset, value)``, with the
+  producer id, epoch and sequence of each idempotent batch as the leader stored it; and
+  ``group_final``, the group's committed offset of each partition after the run.
+
 Names (producers, readers, brokers, fault targets) are ints or strings: they go through
 JSON unchanged (a tuple would come back a list) and the checker uses them as keys.
 
@@ -69,7 +89,8 @@ OUTCOMES = (OK, FAILED, INDETERMINATE, PENDING)
 # Error codes answered only before anything is appended (request validation).
 VALIDATION_CODES = frozenset({2, 3, 5, 6})  # InvalidMessage, WrongPartition, MessageSizeTooLarge, InvalidTopic
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2 added the modern clients' records; version 1 histories load unchanged
+LOADABLE_VERSIONS = (1, 2)
 
 
 def classify_error(code: int) -> str:
@@ -143,6 +164,56 @@ class Fault:
     end: float | None = None
 
 
+@dataclass(slots=True)
+class Send:
+    id: int
+    producer: str  # the workload's name for the producer, e.g. "c1"
+    client: str  # "confluent-kafka" or "kafka-python"
+    acks: str  # "all" or "1"
+    idempotent: bool
+    topic: str
+    partition: int
+    value: bytes  # unique per send
+    start: float
+    end: float | None = None
+    outcome: str = PENDING
+    offset: int | None = None  # ok: the offset its acknowledgement named
+    error: str | None = None  # the client's error name, if it reported one
+
+
+@dataclass(slots=True)
+class GroupRead:
+    member: str
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+    time: float
+
+
+@dataclass(slots=True)
+class Commit:
+    member: str
+    topic: str
+    offsets: dict  # partition -> the offset committed (the next record to read)
+    start: float
+    end: float
+    ok: bool
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ModernFinalRead:
+    topic: str
+    partition: int
+    entries: list  # (offset, value), in log order
+    high_watermark: int
+    time: float
+    # (base offset, records, producer id, producer epoch, base sequence) of each stored batch
+    # with a producer id, from the leader's log on disk: which try of which producer wrote what
+    batches: list = field(default_factory=list)
+
+
 @dataclass
 class History:
     seed: object = None
@@ -152,10 +223,16 @@ class History:
     final_reads: dict = field(default_factory=dict)  # (topic, partition) -> FinalRead
     replica_logs: list = field(default_factory=list)
     faults: list = field(default_factory=list)
+    sends: dict = field(default_factory=dict)  # id -> Send, in the order begun
+    group_reads: list = field(default_factory=list)
+    commits: list = field(default_factory=list)
+    modern_finals: dict = field(default_factory=dict)  # (topic, partition) -> ModernFinalRead
+    group_final: dict = field(default_factory=dict)  # (topic, partition) -> the group's committed offset after the run
 
     def __post_init__(self):
         self._lock = threading.Lock()
         self._next_attempt = max(self.attempts, default=0) + 1
+        self._next_send = max(self.sends, default=0) + 1
         self._next_fault = max((fault.id for fault in self.faults), default=0) + 1
 
     # --- produces -----------------------------------------------------------------
@@ -261,6 +338,66 @@ class History:
         with self._lock:
             return list(self.attempts.values())
 
+    # --- the modern clients ------------------------------------------------------
+
+    def begin_send(self, producer: str, client: str, acks: str, idempotent: bool, topic: str, partition: int,
+                   value: bytes, start: float | None = None) -> int:
+        """Record a message about to be handed to a modern producer; its id."""
+        start = time.monotonic() if start is None else start
+        with self._lock:
+            send_id = self._next_send
+            self._next_send += 1
+            self.sends[send_id] = Send(send_id, producer, client, acks, bool(idempotent), topic, partition,
+                                       bytes(value), start)
+        return send_id
+
+    def send_ok(self, send_id: int, offset: int, end: float | None = None) -> None:
+        self._finish_send(send_id, OK, end, offset=int(offset))
+
+    def send_error(self, send_id: int, error: str, certainly_not_appended: bool = False,
+                   end: float | None = None) -> None:
+        """The client reported ``error``: failed only if it certainly appended nothing
+        (the caller's judgement, by error name), else indeterminate."""
+        self._finish_send(send_id, FAILED if certainly_not_appended else INDETERMINATE, end, error=str(error))
+
+    def _finish_send(self, send_id: int, outcome: str, end, **fields) -> None:
+        end = time.monotonic() if end is None else end
+        with self._lock:
+            send = self.sends[send_id]
+            if send.outcome != PENDING:
+                raise ValueError(f"send {send_id} already finished ({send.outcome})")
+            send.outcome, send.end = outcome, end
+            for name, value in fields.items():
+                setattr(send, name, value)
+
+    def record_group_reads(self, member: str, topic: str, messages, at: float | None = None) -> None:
+        """``messages``: (partition, offset, value) a member got from one poll."""
+        at = time.monotonic() if at is None else at
+        reads = [GroupRead(member, topic, int(p), int(o), bytes(v), at) for p, o, v in messages]
+        with self._lock:
+            self.group_reads.extend(reads)
+
+    def record_commit(self, member: str, topic: str, offsets: dict, start: float, ok: bool, error: str | None = None,
+                      end: float | None = None) -> None:
+        commit = Commit(member, topic, {int(p): int(o) for p, o in offsets.items()}, start,
+                        time.monotonic() if end is None else end, bool(ok), error)
+        with self._lock:
+            self.commits.append(commit)
+
+    def record_modern_final(self, topic: str, partition: int, entries, high_watermark: int,
+                            at: float | None = None, batches=()) -> None:
+        final = ModernFinalRead(topic, partition, [(int(o), bytes(v)) for o, v in entries], int(high_watermark),
+                                time.monotonic() if at is None else at, [tuple(map(int, b)) for b in batches])
+        with self._lock:
+            self.modern_finals[(topic, partition)] = final
+
+    def record_group_final(self, topic: str, committed: dict) -> None:
+        """The group's committed offset of each partition after the run (partition -> offset;
+        a partition with none committed left out)."""
+        with self._lock:
+            for partition, offset in committed.items():
+                self.group_final[(topic, int(partition))] = int(offset)
+
     # --- faults -------------------------------------------------------------------
 
     def begin_fault(self, kind: str, target, start: float | None = None) -> int:
@@ -310,6 +447,16 @@ class History:
                 put({"type": "replica", **asdict(replica), "data": _b64(replica.data)})
             for fault in self.faults:
                 put({"type": "fault", **asdict(fault)})
+            for send in self.sends.values():
+                put({"type": "send", **asdict(send), "value": _b64(send.value)})
+            for read in self.group_reads:
+                put({"type": "group_read", **asdict(read), "value": _b64(read.value)})
+            for commit in self.commits:
+                put({"type": "commit", **asdict(commit), "offsets": [[p, o] for p, o in commit.offsets.items()]})
+            for final in self.modern_finals.values():
+                put({"type": "modern_final", **asdict(final), "entries": [[o, _b64(v)] for o, v in final.entries]})
+            for (topic, partition), offset in self.group_final.items():
+                put({"type": "group_final", "topic": topic, "partition": partition, "offset": offset})
 
     @classmethod
     def load(cls, path) -> "History":
@@ -321,8 +468,9 @@ class History:
                 record = json.loads(line)
                 kind = record.pop("type")
                 if kind == "header":
-                    if record.get("version") != FORMAT_VERSION:
-                        raise ValueError(f"{path}: format version {record.get('version')}, not {FORMAT_VERSION}")
+                    if record.get("version") not in LOADABLE_VERSIONS:
+                        raise ValueError(f"{path}: format version {record.get('version')}, not one of "
+                                         f"{LOADABLE_VERSIONS}")
                     history.seed, history.meta = record.get("seed"), record.get("meta") or {}
                 elif kind == "attempt":
                     record["payloads"] = tuple(_unb64(payload) for payload in record["payloads"])
@@ -339,6 +487,22 @@ class History:
                     history.replica_logs.append(ReplicaLog(**record))
                 elif kind == "fault":
                     history.faults.append(Fault(**record))
+                elif kind == "send":
+                    record["value"] = _unb64(record["value"])
+                    history.sends[record["id"]] = Send(**record)
+                elif kind == "group_read":
+                    record["value"] = _unb64(record["value"])
+                    history.group_reads.append(GroupRead(**record))
+                elif kind == "commit":
+                    record["offsets"] = {p: o for p, o in record["offsets"]}
+                    history.commits.append(Commit(**record))
+                elif kind == "modern_final":
+                    record["entries"] = [(o, _unb64(v)) for o, v in record["entries"]]
+                    record["batches"] = [tuple(batch) for batch in record.get("batches", ())]
+                    final = ModernFinalRead(**record)
+                    history.modern_finals[(final.topic, final.partition)] = final
+                elif kind == "group_final":
+                    history.group_final[(record["topic"], record["partition"])] = record["offset"]
                 else:
                     raise ValueError(f"{path}:{number}: unknown record type {kind!r}")
         history.__post_init__()

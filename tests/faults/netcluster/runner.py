@@ -2,7 +2,10 @@
 
 Owns the sequence of a run: a private network and a fresh cluster (ZooKeeper and three
 brokers under the power-cut shim), a topic of two partitions (RF 3,
-``min.insync.replicas`` 2), the workload (``workload``) recording into a ``History``,
+``min.insync.replicas`` 2) and a record-batch topic like it, the workloads recording
+into one ``History`` (``workload``: mpbroker's 0.7 clients on the first;
+``modern_workload``: confluent-kafka and kafka-python producers and a committing
+consumer group on the second, during the same faults),
 the schedule's faults (``nemesis``) after a few quiet seconds, a few more seconds of
 load after the last heal (every partition must acknowledge a durability-2 write within
 ``LIVENESS_S`` of it: a cluster that takes nothing after the faults fails), then the
@@ -19,6 +22,7 @@ The command (the issue's long run; CI runs a few schedules through
 
 prints the base seed first, each run's schedule, applied faults and check table, and
 at the end a summary (faults by kind, messages acknowledged and lost by durability,
+the modern clients' values acknowledged, lost and duplicated by client and acks,
 failed seeds), written to ``bench/results/faults.json`` and ``faults.md``. Needs root
 (network namespaces), ZooKeeper and a C compiler, as the fault suite does.
 """
@@ -42,6 +46,7 @@ from tests.polling import wait_for
 from .checker import check
 from .cluster import BROKER_IDS, NetCluster
 from .history import History
+from .modern_workload import ModernWorkload
 from .nemesis import Nemesis
 from .network import Network
 from .regressions import REGRESSIONS, regression_schedule
@@ -49,6 +54,7 @@ from .schedule import make_schedule, schedule_seeds
 from .workload import Workload
 
 TOPIC = "nemesis"
+MODERN_TOPIC = "nemesis-modern"  # record batches, written and read by modern clients (modern_workload)
 PARTITIONS = 2
 BEFORE_S = 3.0  # load before the first fault
 AFTER_S = 3.0  # load after the last heal
@@ -67,6 +73,7 @@ class RunResult:
     history_path: str = ""
     elapsed_s: float = 0.0
     recovered_s: dict = field(default_factory=dict)  # partition -> first d2 acknowledgement after the last heal
+    notes: list = field(default_factory=list)  # what the modern clients reported beyond the history (fatal errors)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +92,7 @@ class RunResult:
         if self.recovered_s:
             lines.append("  first durability-2 acknowledgement after the last heal: " + ", ".join(
                 f"partition {partition} {seconds:.2f} s" for partition, seconds in sorted(self.recovered_s.items())))
+        lines += [f"  client note: {note}" for note in self.notes]
         if self.error:
             lines.append(f"  error: {self.error}")
         if self.history_path:
@@ -117,13 +125,17 @@ def run_schedule(schedule, directory: str, shim_library: str, log=None) -> RunRe
 
 def _run(cluster, network, history, schedule, result, log) -> None:
     cluster.create_topic(TOPIC, PARTITIONS, len(BROKER_IDS))
-    for partition in range(PARTITIONS):  # nothing before the workload: every payload is in the history
-        wait_for(lambda: cluster.leader(TOPIC, partition) is not None, 30, f"a leader of {TOPIC}-{partition}",
-                 detail=cluster.log_tails)
-        cluster.wait_isr(TOPIC, BROKER_IDS, partition=partition)
+    cluster.create_topic(MODERN_TOPIC, PARTITIONS, len(BROKER_IDS), record_batches=True)
+    modern = ModernWorkload(cluster, history, MODERN_TOPIC, partitions=PARTITIONS)
+    modern.prepare()  # the group's coordinator found while the topics settle
+    for topic in (TOPIC, MODERN_TOPIC):
+        for partition in range(PARTITIONS):  # nothing before the workload: every payload is in the history
+            wait_for(lambda: cluster.leader(topic, partition) is not None, 30, f"a leader of {topic}-{partition}",
+                     detail=cluster.log_tails)
+            cluster.wait_isr(topic, BROKER_IDS, partition=partition)
     workload = Workload(cluster, history, TOPIC, partitions=PARTITIONS)
     started = time.monotonic()
-    with workload:
+    with workload, modern:
         time.sleep(BEFORE_S)
         nemesis = Nemesis(cluster, network, history, TOPIC, log)
         result.applied = nemesis.applied  # filled as the steps run, so a failed run shows how far it got
@@ -135,7 +147,12 @@ def _run(cluster, network, history, schedule, result, log) -> None:
                  f"(so far {_recovered(history, healed)})", detail=cluster.log_tails)
         result.recovered_s = _recovered(history, healed)
     assert not workload.errors, f"workload threads failed: {workload.errors}"
+    assert not modern.errors, f"modern workload threads failed: {modern.errors}"
+    result.notes = modern.notes + [f"{name}: {n} delivery reports after the producers stopped, not recorded"
+                                   for name, n in modern.late_reports().items()]
+    history.meta["client_logs"] = {name: list(lines) for name, lines in modern.client_logs.items()}
     workload.finish(history, SETTLE_S)
+    modern.finish(SETTLE_S)
     result.report = check(history)
 
 
@@ -154,11 +171,16 @@ def _recovered(history, healed: float) -> dict:
 
 
 def summarize(results: list) -> dict:
-    """Totals over runs: faults by kind, payloads acknowledged and lost by durability."""
+    """Totals over runs: faults by kind, payloads acknowledged and lost by durability, and
+    the modern clients' values acknowledged, lost and duplicated by client and acks."""
     faults, acknowledged, lost, failures = Counter(), Counter(), Counter(), Counter()
+    modern = {}  # client/acks label -> Counter of acknowledged, lost, duplicates
     for result in results:
         if result.report is None:
             continue
+        if result.report.modern is not None:
+            for label, counts in result.report.modern.by_label().items():
+                modern.setdefault(label, Counter()).update(counts)
         faults.update(result.report.faults)
         acknowledged.update(result.report.acknowledged)
         lost.update(result.report.lost)
@@ -172,6 +194,8 @@ def summarize(results: list) -> dict:
         "acknowledged": {f"d{d}": acknowledged[d] for d in (0, 1, 2)},
         "lost": {f"d{d}": lost[d] for d in (0, 1, 2)},
         "failures": dict(failures),
+        "modern": {label: {name: counts[name] for name in ("acknowledged", "lost", "duplicates", "resent")}
+                   for label, counts in sorted(modern.items())},
         "recovered_s": _spread([seconds for result in results for seconds in result.recovered_s.values()]),
         "elapsed_s": round(sum(result.elapsed_s for result in results)),
     }
@@ -191,6 +215,11 @@ def summary_table(summary: dict, base_seed=None) -> str:
     acknowledged = " / ".join(f"{summary['acknowledged'][f'd{d}']:,}" for d in (0, 1, 2))
     lost = " / ".join(f"{summary['lost'][f'd{d}']:,}" for d in (0, 1, 2))
     lines.append(f"| {summary['schedules']} | {summary['ok']} | {faults} | {acknowledged} | {lost} |")
+    if summary.get("modern"):
+        lines += ["", "| modern client / acks | acknowledged | lost | duplicates (resent after an epoch bump) |",
+                  "|---|---|---|---|"]
+        lines += [f"| {label} | {row['acknowledged']:,} | {row['lost']:,} | {row['duplicates']:,} "
+                  f"({row.get('resent', 0):,}) |" for label, row in summary["modern"].items()]
     recovered = summary.get("recovered_s")
     if recovered:
         lines.append(f"\nfirst durability-2 acknowledgement of a partition after the last heal: median "
