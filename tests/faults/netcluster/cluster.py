@@ -16,6 +16,10 @@ power-cut shim, its log directory watched by a ``PowerCutRig`` of its own, and
 ``power_cut`` kills a broker and leaves its log directory as a power cut would have
 (what no fsync covered is dropped).
 
+Every server runs on a date of its own (``clock``: libfaketime, one offset file per
+member, the real date until ``step_clock``), so a schedule can step one server's date
+forward or back and back again at the heal; ``clock_offset`` is what it is now.
+
 The wire and ZooKeeper helpers are ``tests/replication/cluster.py``'s, given the
 brokers' hosts. Settings as in the replication tests: ``zk.sessiontimeout.ms`` 4000,
 ``min.insync.replicas`` 2, ``replica.lag.time.max.ms`` 1500.
@@ -33,6 +37,7 @@ from tests.faults.power_cut import CutMode, PowerCutRig
 from tests.polling import wait_for
 from tests.replication import cluster as replicated
 
+from .clock import FakeClock, check_available
 from .network import Network, Node
 
 ZOOKEEPER = "zk"  # the ZooKeeper node's name; broker nodes are b<id>
@@ -57,14 +62,17 @@ class NetCluster:
         self.nodes = {}  # ZOOKEEPER or broker id -> Node
         self.client = None  # kazoo, in the root namespace
         self.rigs = {}  # broker id -> PowerCutRig, with a shim_library
+        self.clocks = {}  # ZOOKEEPER or broker id -> FakeClock
 
     # --- life cycle -----------------------------------------------------------------
 
     def start(self) -> "NetCluster":
+        check_available()
         try:
             node = self.nodes[ZOOKEEPER] = self.network.add_node(ZOOKEEPER)
+            clock = self.clocks[ZOOKEEPER] = FakeClock(os.path.join(self.directory, ZOOKEEPER + "-clock"))
             self.zookeeper = ZooKeeperServer(os.path.join(self.directory, ZOOKEEPER), ZOOKEEPER_PORT,
-                                             host=node.address, wrapper=node.wrapper).start()
+                                             host=node.address, wrapper=node.wrapper + clock.wrapper()).start()
             for broker_id in self.broker_ids:
                 node = self.nodes[broker_id] = self.network.add_node(f"b{broker_id}")
                 directory = os.path.join(self.directory, f"b{broker_id}")
@@ -74,6 +82,8 @@ class NetCluster:
                     rig = self.rigs[broker_id] = PowerCutRig(os.path.join(directory, "logs"), directory + "-power-cut",
                                                              self.shim_library)
                     environment = rig.environment()
+                clock = self.clocks[broker_id] = FakeClock(directory + "-clock")
+                environment = clock.environment(environment)
                 self.brokers[broker_id] = BrokerProcess(
                     directory, env=environment, wrapper=node.wrapper, hostname=node.address, brokerid=broker_id,
                     zk_connect=self.zookeeper.hosts, **self.properties)
@@ -142,6 +152,13 @@ class NetCluster:
         if server.process is not None and server.process.poll() is None:
             self.kill(member)
         server.start()
+
+    def step_clock(self, member, offset_s: float) -> None:
+        """The member's date becomes the real one plus ``offset_s`` (0: back to real time)."""
+        self.clocks[member].step(offset_s)
+
+    def clock_offset(self, member) -> float:
+        return self.clocks[member].offset_s
 
     def log_tails(self, lines: int = 30) -> str:
         """The end of every broker's log, for a failure's message."""

@@ -1,0 +1,62 @@
+"""Each server's own date, for clock steps: libfaketime's offset file per member.
+
+Owns the files and the environment, nothing else. Every server of a ``NetCluster``
+(the brokers and the ZooKeeper JVM) runs with Debian's libfaketime preloaded and its
+own ``FAKETIME_TIMESTAMP_FILE``, holding ``+0`` (the real date) until a step writes
+another offset, e.g. ``-3600`` (an hour back); ``FAKETIME_NO_CACHE`` makes every clock
+call read the file, so the step applies at once and the heal (``+0`` again) too, and
+``FAKETIME_DONT_FAKE_MONOTONIC`` leaves the monotonic clock alone, as a real step of
+the date (``date -s``, an NTP step) does. The file is replaced whole (a rename), so a
+reader sees the old offset or the new, never half of one.
+
+libfaketime goes after any other preloaded library (the power-cut shim), so that both
+load: the shim wraps file calls, libfaketime the clock calls; neither wraps the other's.
+
+Checked on this machine: ZooKeeper 3.x on Java 17 runs under it (its sessions time out
+on the monotonic clock, so a step neither expires nor extends one; a znode's ``mtime``
+shows the stepped date), and so do the brokers and their children.
+"""
+
+import os
+
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+class ClockUnavailable(RuntimeError):
+    """libfaketime is not installed, so no server's date can be stepped."""
+
+
+def check_available() -> None:
+    if not os.path.exists(LIBFAKETIME):
+        raise ClockUnavailable(f"{LIBFAKETIME} is missing: install Debian's libfaketime (tests/run.sh does)")
+
+
+class FakeClock:
+    """One server's date: the real one plus ``offset_s`` (0 until ``step``)."""
+
+    def __init__(self, directory: str):
+        os.makedirs(directory, exist_ok=True)
+        self.path = os.path.join(directory, "faketime")
+        self.offset_s = 0.0
+        self.step(0)
+
+    def step(self, offset_s: float) -> None:
+        """The server's date becomes the real one plus ``offset_s`` seconds (0: real time)."""
+        temporary = self.path + ".new"
+        with open(temporary, "w") as file:
+            file.write(f"{offset_s:+.0f}\n")
+        os.replace(temporary, self.path)
+        self.offset_s = offset_s
+
+    def environment(self, base: dict | None = None) -> dict:
+        """``base`` (e.g. the power-cut shim's environment) with libfaketime preloaded
+        after whatever it preloads."""
+        base = dict(base or {})
+        preload = " ".join(filter(None, [base.get("LD_PRELOAD", os.environ.get("LD_PRELOAD", "")), LIBFAKETIME]))
+        return {**base, "LD_PRELOAD": preload, "FAKETIME_TIMESTAMP_FILE": self.path, "FAKETIME_NO_CACHE": "1",
+                "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+    def wrapper(self) -> list:
+        """A command prefix (``env NAME=value ...``) that runs a program on this date,
+        for servers that take a wrapper and no environment (ZooKeeper)."""
+        return ["env", *(f"{name}={value}" for name, value in self.environment().items())]
