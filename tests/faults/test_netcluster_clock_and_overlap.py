@@ -14,16 +14,23 @@ namespaces (tests/faults/netcluster/):
   resolved to different brokers, run through the schedule runner (workload, history,
   checker): nothing acknowledged at durability 2 lost, no divergence, and the history
   shows the two faults overlapping, each with its own times.
+- A process on a stepped date (no servers): ``time.sleep`` sleeps (libfaketime 0.9.10
+  alone makes it raise EINVAL under Python 3.11: ``netcluster/monotonic_sleep.c``) and
+  ``time.time`` is the stepped date.
 - Overlapping network faults (no servers): each heals only what it took, and a route
   two of them hold stays until both are healed; ``heal()`` still heals everything.
 """
 
 import datetime
 import itertools
+import os
+import subprocess
+import sys
 import time
 
 from mpbroker.codec.message import encode_message_set
 from tests.broker.wire import WireClient
+from tests.faults.netcluster.clock import FakeClock, build_sleep_fix
 from tests.faults.netcluster.cluster import BROKER_IDS, BROKER_PORT, SESSION_MS, ZOOKEEPER
 from tests.faults.netcluster.history import History
 from tests.faults.netcluster.network import ip
@@ -153,3 +160,16 @@ def test_overlapping_network_faults_heal_each_on_its_own(network):
     network.link_down(c)
     network.heal()  # everything, as before
     assert blackholes(network, b) == set() and link_is_up(c) and network.faults() == {"blocked": [], "down": []}
+
+
+def test_a_process_on_a_stepped_date_sleeps_on_the_monotonic_clock(tmp_path):
+    clock = FakeClock(str(tmp_path / "clock"), build_sleep_fix(str(tmp_path / "fix")))
+    clock.step(-3600)
+    probe = ("import time; started = time.monotonic(); time.sleep(0.2); slept = time.monotonic() - started; "
+             "print(slept, time.time())")
+    run = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **clock.environment()}, capture_output=True,
+                         text=True, timeout=30)
+    assert run.returncode == 0, run.stderr
+    slept, date = map(float, run.stdout.split())
+    assert 0.2 <= slept < 1.0
+    assert abs(date - (time.time() - 3600)) < 5, "the date did not move: libfaketime not loaded?"

@@ -11,6 +11,12 @@ reader sees the old offset or the new, never half of one.
 
 libfaketime goes after any other preloaded library (the power-cut shim), so that both
 load: the shim wraps file calls, libfaketime the clock calls; neither wraps the other's.
+Just before it goes ``monotonic_sleep.c`` (compiled by ``build_sleep_fix``, as the
+power-cut shim is): libfaketime 0.9.10 breaks absolute sleeps on the monotonic clock
+when that clock is not faked (its issue 426), which is how Python 3.11's ``time.sleep``
+sleeps, so without it every ``time.sleep`` in a broker raised EINVAL (kazoo's
+reconnecting thread died of it when ZooKeeper restarted, and the broker's registrar
+went silent until its supervisor killed it).
 
 Checked on this machine: ZooKeeper 3.x on Java 17 runs under it (its sessions time out
 on the monotonic clock, so a step neither expires nor extends one; a znode's ``mtime``
@@ -18,7 +24,10 @@ shows the stepped date), and so do the brokers and their children.
 """
 
 import os
+import shutil
+import subprocess
 
+SLEEP_FIX_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monotonic_sleep.c")
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 
@@ -31,10 +40,24 @@ def check_available() -> None:
         raise ClockUnavailable(f"{LIBFAKETIME} is missing: install Debian's libfaketime (tests/run.sh does)")
 
 
-class FakeClock:
-    """One server's date: the real one plus ``offset_s`` (0 until ``step``)."""
+def build_sleep_fix(directory: str) -> str:
+    """Compile ``monotonic_sleep.c`` into ``directory``: the library's path."""
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise ClockUnavailable("no C compiler (cc or gcc) to build the monotonic sleep fix")
+    os.makedirs(directory, exist_ok=True)
+    library = os.path.join(directory, "monotonic_sleep.so")
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-Wall", "-o", library, SLEEP_FIX_SOURCE, "-ldl"],
+                   check=True, capture_output=True, text=True)
+    return library
 
-    def __init__(self, directory: str):
+
+class FakeClock:
+    """One server's date: the real one plus ``offset_s`` (0 until ``step``); ``sleep_fix``
+    is ``build_sleep_fix``'s library."""
+
+    def __init__(self, directory: str, sleep_fix: str):
+        self.sleep_fix = sleep_fix
         os.makedirs(directory, exist_ok=True)
         self.path = os.path.join(directory, "faketime")
         self.offset_s = 0.0
@@ -52,7 +75,8 @@ class FakeClock:
         """``base`` (e.g. the power-cut shim's environment) with libfaketime preloaded
         after whatever it preloads."""
         base = dict(base or {})
-        preload = " ".join(filter(None, [base.get("LD_PRELOAD", os.environ.get("LD_PRELOAD", "")), LIBFAKETIME]))
+        preload = " ".join(filter(None, [base.get("LD_PRELOAD", os.environ.get("LD_PRELOAD", "")), self.sleep_fix,
+                                         LIBFAKETIME]))
         return {**base, "LD_PRELOAD": preload, "FAKETIME_TIMESTAMP_FILE": self.path, "FAKETIME_NO_CACHE": "1",
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 

@@ -37,7 +37,7 @@ from tests.faults.power_cut import CutMode, PowerCutRig
 from tests.polling import wait_for
 from tests.replication import cluster as replicated
 
-from .clock import FakeClock, check_available
+from .clock import FakeClock, build_sleep_fix, check_available
 from .network import Network, Node
 
 ZOOKEEPER = "zk"  # the ZooKeeper node's name; broker nodes are b<id>
@@ -68,9 +68,10 @@ class NetCluster:
 
     def start(self) -> "NetCluster":
         check_available()
+        sleep_fix = build_sleep_fix(os.path.join(self.directory, "clock"))
         try:
             node = self.nodes[ZOOKEEPER] = self.network.add_node(ZOOKEEPER)
-            clock = self.clocks[ZOOKEEPER] = FakeClock(os.path.join(self.directory, ZOOKEEPER + "-clock"))
+            clock = self.clocks[ZOOKEEPER] = FakeClock(os.path.join(self.directory, ZOOKEEPER + "-clock"), sleep_fix)
             self.zookeeper = ZooKeeperServer(os.path.join(self.directory, ZOOKEEPER), ZOOKEEPER_PORT,
                                              host=node.address, wrapper=node.wrapper + clock.wrapper()).start()
             for broker_id in self.broker_ids:
@@ -82,7 +83,7 @@ class NetCluster:
                     rig = self.rigs[broker_id] = PowerCutRig(os.path.join(directory, "logs"), directory + "-power-cut",
                                                              self.shim_library)
                     environment = rig.environment()
-                clock = self.clocks[broker_id] = FakeClock(directory + "-clock")
+                clock = self.clocks[broker_id] = FakeClock(directory + "-clock", sleep_fix)
                 environment = clock.environment(environment)
                 self.brokers[broker_id] = BrokerProcess(
                     directory, env=environment, wrapper=node.wrapper, hostname=node.address, brokerid=broker_id,
