@@ -14,7 +14,7 @@ links restored, processes resumed or restarted, a date stepped back) and waits
 (``overlap``, a ``Step`` itself) that begins ``after_s`` into the first's hold, so the
 two overlap, and holds for its own ``hold_s`` (it may outlast the first); the step
 ends when both are healed, each at the end of its own hold. Pairs that cannot coexist
-sensibly are not drawn or not resolved so (``_SECOND_KINDS``, ``nemesis``):
+sensibly are not drawn or not resolved so (``second_kinds``, ``nemesis``):
 
 - the second never hits the member the first hits (no broker killed twice, paused
   while killed, or isolated while power-cut): its role is resolved when the step
