@@ -77,12 +77,11 @@ def test_overlaps_come_with_the_default_chance_and_never_with_none():
 
 
 def test_clock_steps_go_either_way_by_half_a_minute_to_an_hour():
-    steps = [step for seed in SEEDS for step in make_schedule(seed, kinds=("clock_step", "clock_step_zookeeper")).steps]
+    steps = [step for seed in SEEDS for step in make_schedule(seed, kinds=("clock_step",)).steps]
     offsets = [step.offset_s for step in steps]
     assert all(CLOCK_STEP_S[0] <= abs(offset) <= CLOCK_STEP_S[1] for offset in offsets)
     assert min(offsets) < -1800 and max(offsets) > 1800 and min(map(abs, offsets)) < 60
-    assert {step.role for step in steps} == {"leader", "follower", "zookeeper"}
-    assert all((step.role == "zookeeper") == (step.kind == "clock_step_zookeeper") for step in steps)
+    assert {step.role for step in steps} == {"leader", "follower"}
     described = make_schedule(1, kinds=("clock_step",)).steps[0]
     assert f"{abs(described.offset_s):.0f} s {'forward' if described.offset_s > 0 else 'back'}" in described.describe()
-    assert set(KINDS) >= {"clock_step", "clock_step_zookeeper"}
+    assert "clock_step" in KINDS and not any(kind.startswith("clock_step_") for kind in KINDS)  # no ZooKeeper

@@ -3,9 +3,9 @@ namespaces (tests/faults/netcluster/):
 
 - A clock step: the leader's date jumps half an hour back, then an hour forward (from
   there), each held a little less than the ZooKeeper session and longer than the
-  replica lag time, then back to the real date, under durability-2 load; ZooKeeper's
-  date is stepped too. Each step is first checked to apply (the time stamp of a line the
-  broker logs, a znode's mtime), so the test cannot pass with libfaketime not loaded.
+  replica lag time, then back to the real date, under durability-2 load. Each step is
+  first checked to apply (the time stamp of a line the broker logs), so the test
+  cannot pass with libfaketime not loaded.
   Timers run on the monotonic clock: the leader stays, in the same epoch, the ISR never
   shrinks, every acknowledged message reads back once, in order, and the logs end
   byte-identical.
@@ -31,7 +31,7 @@ import time
 from mpbroker.codec.message import encode_message_set
 from tests.broker.wire import WireClient
 from tests.faults.netcluster.clock import FakeClock, build_sleep_fix
-from tests.faults.netcluster.cluster import BROKER_IDS, BROKER_PORT, SESSION_MS, ZOOKEEPER
+from tests.faults.netcluster.cluster import BROKER_IDS, BROKER_PORT, SESSION_MS
 from tests.faults.netcluster.history import History
 from tests.faults.netcluster.network import ip
 from tests.faults.netcluster.runner import PARTITIONS, run_schedule
@@ -57,19 +57,9 @@ def broker_date_offset_s(cluster, broker_id: int) -> float:
     return 0.0 if before - 0.01 <= logged <= after + 0.01 else logged - (before + after) / 2
 
 
-def zookeeper_date_offset_s(cluster) -> float:
-    """The mtime ZooKeeper gives a znode it writes now, against the real time."""
-    before = time.time()
-    stat = cluster.client.set("/clock-probe", b"now") if cluster.client.exists("/clock-probe") else \
-        cluster.client.create("/clock-probe", b"now") and cluster.client.exists("/clock-probe")
-    after = time.time()
-    logged = stat.mtime / 1000
-    return 0.0 if before - 0.01 <= logged <= after + 0.01 else logged - (before + after) / 2
-
-
 def step_and_check(cluster, member, offset_s: float) -> None:
     cluster.step_clock(member, offset_s)
-    seen = zookeeper_date_offset_s(cluster) if member == ZOOKEEPER else broker_date_offset_s(cluster, member)
+    seen = broker_date_offset_s(cluster, member)
     assert abs(seen - offset_s) < 5, f"{member}'s date is {seen:+.0f} s off, not {offset_s:+.0f} s: no libfaketime?"
 
 
@@ -85,7 +75,7 @@ def produce_for(cluster, topic: str, seconds: float, prefix: str, acked: list, i
         isr_seen.add(tuple(sorted(cluster.isr(topic))))
 
 
-def test_clock_steps_on_the_leader_and_zookeeper_move_nothing_and_lose_nothing(netcluster):
+def test_clock_steps_on_the_leader_move_nothing_and_lose_nothing(netcluster):
     cluster = netcluster
     cluster.create_topic("clk", 1, 3)
     leader, _ = cluster.produce_until_acked("clk", [b"first"])
@@ -100,11 +90,6 @@ def test_clock_steps_on_the_leader_and_zookeeper_move_nothing_and_lose_nothing(n
     step_and_check(cluster, leader, +1800)  # an hour forward from there
     produce_for(cluster, "clk", HOLD_S, "forward", acked, isr_seen)
     step_and_check(cluster, leader, 0)
-    step_and_check(cluster, ZOOKEEPER, -600)
-    produce_for(cluster, "clk", 1, "zookeeper-back", acked, isr_seen)
-    step_and_check(cluster, ZOOKEEPER, +600)
-    produce_for(cluster, "clk", 1, "zookeeper-forward", acked, isr_seen)
-    step_and_check(cluster, ZOOKEEPER, 0)
     produce_for(cluster, "clk", 1, "after", acked, isr_seen)
 
     after = cluster.state("clk")

@@ -16,9 +16,10 @@ power-cut shim, its log directory watched by a ``PowerCutRig`` of its own, and
 ``power_cut`` kills a broker and leaves its log directory as a power cut would have
 (what no fsync covered is dropped).
 
-Every server runs on a date of its own (``clock``: libfaketime, one offset file per
-member, the real date until ``step_clock``), so a schedule can step one server's date
+Every broker runs on a date of its own (``clock``: libfaketime, one offset file per
+broker, the real date until ``step_clock``), so a schedule can step one broker's date
 forward or back and back again at the heal; ``clock_offset`` is what it is now.
+ZooKeeper runs on the real date (``clock`` says why).
 
 The wire and ZooKeeper helpers are ``tests/replication/cluster.py``'s, given the
 brokers' hosts. Settings as in the replication tests: ``zk.sessiontimeout.ms`` 4000,
@@ -62,7 +63,7 @@ class NetCluster:
         self.nodes = {}  # ZOOKEEPER or broker id -> Node
         self.client = None  # kazoo, in the root namespace
         self.rigs = {}  # broker id -> PowerCutRig, with a shim_library
-        self.clocks = {}  # ZOOKEEPER or broker id -> FakeClock
+        self.clocks = {}  # broker id -> FakeClock
 
     # --- life cycle -----------------------------------------------------------------
 
@@ -71,9 +72,8 @@ class NetCluster:
         sleep_fix = build_sleep_fix(os.path.join(self.directory, "clock"))
         try:
             node = self.nodes[ZOOKEEPER] = self.network.add_node(ZOOKEEPER)
-            clock = self.clocks[ZOOKEEPER] = FakeClock(os.path.join(self.directory, ZOOKEEPER + "-clock"), sleep_fix)
             self.zookeeper = ZooKeeperServer(os.path.join(self.directory, ZOOKEEPER), ZOOKEEPER_PORT,
-                                             host=node.address, wrapper=node.wrapper + clock.wrapper()).start()
+                                             host=node.address, wrapper=node.wrapper).start()
             for broker_id in self.broker_ids:
                 node = self.nodes[broker_id] = self.network.add_node(f"b{broker_id}")
                 directory = os.path.join(self.directory, f"b{broker_id}")
@@ -155,7 +155,7 @@ class NetCluster:
         server.start()
 
     def step_clock(self, member, offset_s: float) -> None:
-        """The member's date becomes the real one plus ``offset_s`` (0: back to real time)."""
+        """The broker's date becomes the real one plus ``offset_s`` (0: back to real time)."""
         self.clocks[member].step(offset_s)
 
     def clock_offset(self, member) -> float:

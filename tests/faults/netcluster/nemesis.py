@@ -110,7 +110,7 @@ class Nemesis:
                 self.cluster.resume(member)
                 self.history.end_fault(fault)
             return f"paused {_name(member)} ({step.role}) for {step.hold_s:.1f} s"
-        if step.kind in ("clock_step", "clock_step_zookeeper"):
+        if step.kind == "clock_step":
             fault = self.history.begin_fault(step.kind, f"{_name(member)} {step.offset_s:+.0f}s")
             try:
                 self.cluster.step_clock(member, step.offset_s)

@@ -20,7 +20,7 @@ sensibly are not drawn or not resolved so (``second_kinds``, ``nemesis``):
   while killed, or isolated while power-cut): its role is resolved when the step
   begins, together with the first's, and another broker stands in if it names the
   first's (``pick`` chooses which);
-- two ZooKeeper faults are not paired (one server to pause, kill or step);
+- two ZooKeeper faults are not paired (one server to pause or kill);
 - a second fault relative to a partition's leader (``split_leader_zookeeper``,
   ``one_way``) only follows a ZooKeeper fault, since the leader may be what the first
   hits (e.g. ZooKeeper paused, then a one-way drop between the leader and a follower).
@@ -47,10 +47,10 @@ The kinds (``KINDS``), after the issue's list:
   covered dropped (``tests/faults/power_cut``; in ``random`` mode, half the time, some
   of them kept, maybe with a torn tail), then a restart after the hold;
 - ``pause_zookeeper`` and ``kill_zookeeper``: the same for the ZooKeeper server;
-- ``clock_step`` and ``clock_step_zookeeper``: the date of a broker (the leader or a
-  follower) or of ZooKeeper's node jumps ``offset_s`` (30 s to an hour, log-uniform,
-  forward or back) for the hold, then steps back to the real date (libfaketime,
-  ``clock``): timers must run on the monotonic clock, so nothing should move.
+- ``clock_step``: the date of a broker (the leader or a follower) jumps ``offset_s``
+  (30 s to an hour, log-uniform, forward or back) for the hold, then steps back to the
+  real date (libfaketime, ``clock``; ZooKeeper's date is not stepped, ``clock`` says
+  why): timers must run on the monotonic clock, so nothing should move.
 """
 
 import math
@@ -58,8 +58,8 @@ import random
 from dataclasses import asdict, dataclass, replace
 
 KINDS = ("isolate", "cut_zookeeper", "split_leader_zookeeper", "one_way", "link_down", "pause", "kill", "power_cut",
-         "pause_zookeeper", "kill_zookeeper", "clock_step", "clock_step_zookeeper")
-ZOOKEEPER_KINDS = ("pause_zookeeper", "kill_zookeeper", "clock_step_zookeeper")  # hit the ZooKeeper server
+         "pause_zookeeper", "kill_zookeeper", "clock_step")
+ZOOKEEPER_KINDS = ("pause_zookeeper", "kill_zookeeper")  # hit the ZooKeeper server
 LEADER_KINDS = ("split_leader_zookeeper", "one_way")  # hit a partition's leader and its peers
 DOWN_KINDS = ("kill", "power_cut", "kill_zookeeper")  # the hold is the time down
 OVERLAP = 0.35  # chance that a step carries a second, overlapping fault
