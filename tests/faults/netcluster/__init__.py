@@ -4,7 +4,7 @@ Each server runs in a network namespace of its own (a node), all joined by a bri
 the tests and their clients stay in the root namespace. ``network`` owns the kernel
 objects and the faults (partitions, isolation, one-way drops, links down) and their
 healing; ``cluster`` runs a ZooKeeper node and three broker nodes on it, and pauses,
-kills and restarts them, and steps their dates (``clock``: each server runs under
+kills and restarts them, and steps the brokers' dates (``clock``: each broker runs under
 libfaketime with an offset of its own); ``availability`` decides what a test does on a machine that
 cannot make namespaces (fail under CI, skip loudly elsewhere).
 

@@ -1,7 +1,7 @@
 """One fault schedule run end to end, and the command that runs many and reports them.
 
 Owns the sequence of a run: a private network and a fresh cluster (ZooKeeper and three
-brokers under the power-cut shim, each server on a date of its own), a topic of two partitions (RF 3,
+brokers under the power-cut shim, each broker on a date of its own), a topic of two partitions (RF 3,
 ``min.insync.replicas`` 2), the workload (``workload``) recording into a ``History``,
 the schedule's faults (``nemesis``) after a few quiet seconds, a few more seconds of
 load after the last heal (every partition must acknowledge a durability-2 write within
