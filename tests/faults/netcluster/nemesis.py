@@ -22,6 +22,7 @@ so neither heal ends the other early. The step returns once both are healed.
 import random
 import threading
 import time
+from dataclasses import replace
 
 from tests.faults.power_cut import CutMode
 
@@ -50,23 +51,26 @@ class Nemesis:
 
     def apply(self, step) -> str:
         """Apply, hold and heal one step (and its overlapping fault): a line saying what was done."""
-        first = self._resolve(step)
+        leader, member, _ = self._resolve(step)
         if step.overlap is None:
-            return self._apply_one(step, *first)
-        second = self._resolve(step.overlap, avoid=first[1])
+            return self._apply_one(step, leader, member)
+        second_leader, second_member, stood_in = self._resolve(step.overlap, avoid=member)
+        overlap = step.overlap
+        if stood_in:  # another broker stands in: say so in the line
+            overlap = replace(overlap, role=f"standing in for the {overlap.role}")
         outcome = {}
 
         def run_second():
             try:
-                time.sleep(step.overlap.after_s)
-                outcome["line"] = self._apply_one(step.overlap, *second)
+                time.sleep(overlap.after_s)
+                outcome["line"] = self._apply_one(overlap, second_leader, second_member)
             except BaseException as exc:  # noqa: BLE001 - raised again on the nemesis's thread
                 outcome["error"] = exc
 
         thread = threading.Thread(target=run_second, name="nemesis-overlap", daemon=True)
         thread.start()
         try:
-            line = self._apply_one(step, *first)
+            line = self._apply_one(step, leader, member)
         finally:
             thread.join()
         if "error" in outcome:
@@ -152,9 +156,9 @@ class Nemesis:
         return f"{what} for {step.hold_s:.1f} s"
 
     def _resolve(self, step, avoid=None) -> tuple:
-        """``(leader, member)``: the step's partition's leader now and the member its
-        fault hits (ZooKeeper, the leader, or a follower by the step's index); another
-        broker, picked by the index, if that member is ``avoid``."""
+        """``(leader, member, stood_in)``: the step's partition's leader now and the
+        member its fault hits (ZooKeeper, the leader, or a follower by the step's index);
+        another broker, picked by the index, if that member is ``avoid`` (``stood_in``)."""
         leader, follower = self._targets(step)
         if step.kind in ZOOKEEPER_KINDS:
             member = ZOOKEEPER
@@ -164,8 +168,8 @@ class Nemesis:
             member = follower if step.role == "follower" else leader
         if avoid is not None and member == avoid:
             others = [b for b in self.cluster.broker_ids if b != avoid]
-            member = others[step.pick % len(others)]
-        return leader, member
+            return leader, others[step.pick % len(others)], True
+        return leader, member, False
 
     def _targets(self, step) -> tuple:
         """``(leader, follower)`` of the step's partition now (a broker picked by the
