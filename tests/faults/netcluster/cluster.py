@@ -16,6 +16,11 @@ power-cut shim, its log directory watched by a ``PowerCutRig`` of its own, and
 ``power_cut`` kills a broker and leaves its log directory as a power cut would have
 (what no fsync covered is dropped).
 
+Every broker runs on a date of its own (``clock``: libfaketime, one offset file per
+broker, the real date until ``step_clock``), so a schedule can step one broker's date
+forward or back and back again at the heal; ``clock_offset`` is what it is now.
+ZooKeeper runs on the real date (``clock`` says why).
+
 The wire and ZooKeeper helpers are ``tests/replication/cluster.py``'s, given the
 brokers' hosts. Settings as in the replication tests: ``zk.sessiontimeout.ms`` 4000,
 ``min.insync.replicas`` 2, ``replica.lag.time.max.ms`` 1500; the modern listener on
@@ -34,6 +39,7 @@ from tests.faults.power_cut import CutMode, PowerCutRig
 from tests.polling import wait_for
 from tests.replication import cluster as replicated
 
+from .clock import FakeClock, build_sleep_fix, check_available
 from .network import Network, Node
 
 ZOOKEEPER = "zk"  # the ZooKeeper node's name; broker nodes are b<id>
@@ -62,10 +68,13 @@ class NetCluster:
         self.nodes = {}  # ZOOKEEPER or broker id -> Node
         self.client = None  # kazoo, in the root namespace
         self.rigs = {}  # broker id -> PowerCutRig, with a shim_library
+        self.clocks = {}  # broker id -> FakeClock
 
     # --- life cycle -----------------------------------------------------------------
 
     def start(self) -> "NetCluster":
+        check_available()
+        sleep_fix = build_sleep_fix(os.path.join(self.directory, "clock"))
         try:
             node = self.nodes[ZOOKEEPER] = self.network.add_node(ZOOKEEPER)
             self.zookeeper = ZooKeeperServer(os.path.join(self.directory, ZOOKEEPER), ZOOKEEPER_PORT,
@@ -79,6 +88,8 @@ class NetCluster:
                     rig = self.rigs[broker_id] = PowerCutRig(os.path.join(directory, "logs"), directory + "-power-cut",
                                                              self.shim_library)
                     environment = rig.environment()
+                clock = self.clocks[broker_id] = FakeClock(directory + "-clock", sleep_fix)
+                environment = clock.environment(environment)
                 self.brokers[broker_id] = BrokerProcess(
                     directory, env=environment, wrapper=node.wrapper, hostname=node.address, brokerid=broker_id,
                     zk_connect=self.zookeeper.hosts, **self.properties)
@@ -147,6 +158,13 @@ class NetCluster:
         if server.process is not None and server.process.poll() is None:
             self.kill(member)
         server.start()
+
+    def step_clock(self, member, offset_s: float) -> None:
+        """The broker's date becomes the real one plus ``offset_s`` (0: back to real time)."""
+        self.clocks[member].step(offset_s)
+
+    def clock_offset(self, member) -> float:
+        return self.clocks[member].offset_s
 
     def log_tails(self, lines: int = 30) -> str:
         """The end of every broker's log, for a failure's message."""

@@ -6,16 +6,28 @@ network and the processes, and the heal after each hold. A step's target is reso
 when it runs: the partition's leader as ZooKeeper names it then (a broker picked by the
 step's index when there is none), a follower by the step's index among the others.
 Every step ends healed: blackhole routes removed and links up (``Network.heal``),
-paused processes resumed, killed ones restarted. ``run`` returns one line per applied
-step, with the time since the start, for the run's report.
+paused processes resumed, killed ones restarted, stepped dates back to the real one.
+``run`` returns one line per applied step, with the time since the start, for the
+run's report.
+
+A step with an overlapping second fault (``Step.overlap``) resolves both targets when
+it begins (the second names another member than the first: another broker stands in,
+picked by its index, if its role resolves to the first's), then runs the second on a
+thread of its own that waits ``after_s`` and applies, holds and heals it, while this
+thread does the same for the first; each fault is begun and ended in the history at
+its own times, and each network fault heals only what it took (``Network.heal(fault)``),
+so neither heal ends the other early. The step returns once both are healed.
 """
 
 import random
+import threading
 import time
+from dataclasses import replace
 
 from tests.faults.power_cut import CutMode
 
 from .cluster import ZOOKEEPER
+from .schedule import LEADER_KINDS, ZOOKEEPER_KINDS
 
 
 class Nemesis:
@@ -38,9 +50,36 @@ class Nemesis:
     # --- one step ---------------------------------------------------------------------
 
     def apply(self, step) -> str:
-        """Apply, hold and heal one step: a line saying what was done."""
-        leader, follower = self._targets(step)
-        broker = follower if step.role == "follower" else leader
+        """Apply, hold and heal one step (and its overlapping fault): a line saying what was done."""
+        leader, member, _ = self._resolve(step)
+        if step.overlap is None:
+            return self._apply_one(step, leader, member)
+        second_leader, second_member, stood_in = self._resolve(step.overlap, avoid=member)
+        overlap = step.overlap
+        if stood_in:  # another broker stands in: say so in the line
+            overlap = replace(overlap, role=f"standing in for the {overlap.role}")
+        outcome = {}
+
+        def run_second():
+            try:
+                time.sleep(overlap.after_s)
+                outcome["line"] = self._apply_one(overlap, second_leader, second_member)
+            except BaseException as exc:  # noqa: BLE001 - raised again on the nemesis's thread
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=run_second, name="nemesis-overlap", daemon=True)
+        thread.start()
+        try:
+            line = self._apply_one(step, leader, member)
+        finally:
+            thread.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        return f"{line}; overlapped {step.overlap.after_s:.1f} s in by: {outcome['line']}"
+
+    def _apply_one(self, step, leader, member) -> str:
+        """Apply, hold and heal one fault on its resolved leader and member."""
+        broker = member
         if step.kind == "isolate":
             return self._network_fault(step, f"b{broker}", lambda: self.network.isolate(self._node(broker)),
                                        f"isolated broker {broker} ({step.role})")
@@ -67,7 +106,6 @@ class Nemesis:
             return self._network_fault(step, f"b{broker}", lambda: self.network.link_down(self._node(broker)),
                                        f"took the link of broker {broker} ({step.role}) down")
         if step.kind in ("pause", "pause_zookeeper"):
-            member = ZOOKEEPER if step.kind == "pause_zookeeper" else broker
             fault = self.history.begin_fault(step.kind, _name(member))
             try:
                 self.cluster.pause(member)
@@ -76,8 +114,17 @@ class Nemesis:
                 self.cluster.resume(member)
                 self.history.end_fault(fault)
             return f"paused {_name(member)} ({step.role}) for {step.hold_s:.1f} s"
+        if step.kind == "clock_step":
+            fault = self.history.begin_fault(step.kind, f"{_name(member)} {step.offset_s:+.0f}s")
+            try:
+                self.cluster.step_clock(member, step.offset_s)
+                time.sleep(step.hold_s)
+            finally:
+                self.cluster.step_clock(member, 0)
+                self.history.end_fault(fault)
+            return (f"stepped the date of {_name(member)} ({step.role}) {step.offset_s:+.0f} s for "
+                    f"{step.hold_s:.1f} s, then back to the real date")
         if step.kind in ("kill", "kill_zookeeper", "power_cut"):
-            member = ZOOKEEPER if step.kind == "kill_zookeeper" else broker
             fault = self.history.begin_fault(step.kind, _name(member))
             detail = ""
             try:
@@ -98,13 +145,31 @@ class Nemesis:
 
     def _network_fault(self, step, target: str, apply, what: str) -> str:
         fault = self.history.begin_fault(step.kind, target)
+        taken = None
         try:
-            apply()
+            taken = apply()
             time.sleep(step.hold_s)
         finally:
-            self.network.heal()
+            if taken is not None:
+                self.network.heal(taken)  # only this fault's routes and links: an overlapping one holds
             self.history.end_fault(fault)
         return f"{what} for {step.hold_s:.1f} s"
+
+    def _resolve(self, step, avoid=None) -> tuple:
+        """``(leader, member, stood_in)``: the step's partition's leader now and the
+        member its fault hits (ZooKeeper, the leader, or a follower by the step's index);
+        another broker, picked by the index, if that member is ``avoid`` (``stood_in``)."""
+        leader, follower = self._targets(step)
+        if step.kind in ZOOKEEPER_KINDS:
+            member = ZOOKEEPER
+        elif step.kind in LEADER_KINDS:
+            member = leader
+        else:
+            member = follower if step.role == "follower" else leader
+        if avoid is not None and member == avoid:
+            others = [b for b in self.cluster.broker_ids if b != avoid]
+            return leader, others[step.pick % len(others)], True
+        return leader, member, False
 
     def _targets(self, step) -> tuple:
         """``(leader, follower)`` of the step's partition now (a broker picked by the

@@ -23,7 +23,7 @@ in them, links, the root namespace's blackhole routes into the bridge's subnet);
 manager's exit, also after a failure) kills whatever still runs in the namespaces and
 removes everything.
 
-The faults (each reversible, ``heal`` reverts them all):
+The faults (each reversible: ``heal()`` reverts them all, ``heal(fault)`` one of them):
 
 - ``partition(a, b)``: no packet between a member of ``a`` and one of ``b``, either way.
   Made with blackhole routes, ``ip route add blackhole <peer>/32``, in each sender's
@@ -48,17 +48,30 @@ The faults (each reversible, ``heal`` reverts them all):
   down, so the node's ``eth0`` loses its carrier (a cable pulled): nothing in or out,
   its address and routes kept; new connections fail after the neighbour lookup.
 
+Each fault method returns a ``NetworkFault``: the routes and links it took, for its own
+``heal(fault)``. Faults may overlap (a schedule's step can hold two at once, each healed
+at the end of its own hold), and two of them may take the same route or link (the
+leader isolated while a one-way drop from it to a follower holds): every route and
+link down counts the faults holding it and is restored when the last of them heals.
+Why per-fault undo rather than healing everything once both faults end: the second
+fault's hold and the end recorded for each fault in the history stay what they say,
+so a checker or a reader lining up failures with faults is not misled by a fault that
+silently outlived its heal.
+
 Needs root (or CAP_NET_ADMIN and CAP_SYS_ADMIN) and iproute2; ``NetworkUnavailable``
 says loudly when the machine cannot make the network.
 """
 
+import functools
 import ipaddress
 import os
 import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 CLIENTS = "clients"  # the root namespace's processes, as a member of a fault's groups
@@ -135,6 +148,21 @@ class Node:
         return sorted(stopped)
 
 
+def _locked(method):
+    @functools.wraps(method)
+    def run(self, *arguments, **keywords):
+        with self._lock:
+            return method(self, *arguments, **keywords)
+    return run
+
+
+@dataclass(frozen=True)
+class NetworkFault:
+    """What one fault took: blocked (namespace or None, address) pairs and links down."""
+    blocked: frozenset = frozenset()
+    down: frozenset = frozenset()
+
+
 class Network:
     def __init__(self, tag: str | None = None):
         self.tag = str(tag if tag is not None else os.getpid())
@@ -142,8 +170,9 @@ class Network:
         self.subnet = None
         self.gateway = None
         self.nodes = {}  # name -> Node
-        self._blocked = set()  # (namespace or None for the root namespace, address)
-        self._down = set()  # node names whose link is down
+        self._blocked = Counter()  # (namespace or None for the root namespace, address) -> faults holding it
+        self._down = Counter()  # node name whose link is down -> faults holding it
+        self._lock = threading.RLock()  # two overlapping faults are applied and healed from two threads
         self._started = False
 
     # --- life cycle -----------------------------------------------------------------
@@ -200,47 +229,69 @@ class Network:
 
     # --- faults ---------------------------------------------------------------------
 
-    def partition(self, group_a, group_b) -> None:
+    @_locked
+    def partition(self, group_a, group_b) -> NetworkFault:
         """No packets between any member of ``group_a`` and any of ``group_b``, both ways.
         Members are nodes, node names or ``CLIENTS``."""
         first, second = self._names(group_a), self._names(group_b)
         if first & second:
             raise ValueError(f"{sorted(first & second)} in both groups")
+        taken = []
         for a in first:
             for b in second:
-                self._block(a, b)
-                self._block(b, a)
+                taken += [self._block(a, b), self._block(b, a)]
+        return NetworkFault(blocked=frozenset(taken))
 
-    def isolate(self, node) -> None:
+    def isolate(self, node) -> NetworkFault:
         """Cut ``node`` from every other node and from the clients."""
         (name,) = self._names([node])
-        self.partition([name], [other for other in [*self.nodes, CLIENTS] if other != name])
+        return self.partition([name], [other for other in [*self.nodes, CLIENTS] if other != name])
 
-    def drop_one_way(self, src, dst) -> None:
+    @_locked
+    def drop_one_way(self, src, dst) -> NetworkFault:
         """Drop only the packets from ``src`` to ``dst`` (see the module docstring for TCP)."""
         (a,), (b,) = self._names([src]), self._names([dst])
         if a == b:
             raise ValueError("src and dst are the same")
-        self._block(a, b)
+        return NetworkFault(blocked=frozenset([self._block(a, b)]))
 
-    def link_down(self, node) -> None:
+    @_locked
+    def link_down(self, node) -> NetworkFault:
         (name,) = self._names([node])
         if name == CLIENTS:
             raise ValueError("the clients have no link of their own: partition them instead")
-        ip("link", "set", self.nodes[name].host_link, "down")
-        self._down.add(name)
+        if not self._down[name]:
+            ip("link", "set", self.nodes[name].host_link, "down")
+        self._down[name] += 1
+        return NetworkFault(down=frozenset([name]))
 
+    @_locked
     def link_up(self, node) -> None:
+        """The node's link up, whatever fault took it down."""
         (name,) = self._names([node])
         ip("link", "set", self.nodes[name].host_link, "up")
-        self._down.discard(name)
+        del self._down[name]
 
-    def heal(self) -> None:
-        """Revert every fault: all blackhole routes removed, every link up."""
-        for key in list(self._blocked):
-            self._unblock(key)
-        for name in list(self._down):
-            self.link_up(name)
+    @_locked
+    def heal(self, fault: NetworkFault | None = None) -> None:
+        """Revert ``fault`` (what no other fault still holds), or every fault: all
+        blackhole routes removed, every link up."""
+        if fault is None:
+            for key in list(self._blocked):
+                self._unblock(key)
+            for name in list(self._down):
+                self.link_up(name)
+            return
+        for key in fault.blocked:
+            if key in self._blocked:  # not healed already by a heal of everything
+                self._blocked[key] -= 1
+                if not self._blocked[key]:
+                    self._unblock(key)
+        for name in fault.down:
+            if name in self._down:
+                self._down[name] -= 1
+                if not self._down[name]:
+                    self.link_up(name)
 
     def faults(self) -> dict:
         """What is in force: ``{"blocked": [(from, to address)], "down": [node names]}``."""
@@ -262,15 +313,17 @@ class Network:
             return None, self.gateway
         return self.nodes[name].namespace, self.nodes[name].address
 
-    def _block(self, src: str, dst: str) -> None:
+    def _block(self, src: str, dst: str) -> tuple:
+        """Block ``src`` -> ``dst`` (once more, if another fault blocks it already): the key."""
         key = (self._place(src)[0], self._place(dst)[1])
-        if key not in self._blocked:
+        if not self._blocked[key]:
             ip(*_in(key[0]), "route", "add", "blackhole", f"{key[1]}/32")
-            self._blocked.add(key)
+        self._blocked[key] += 1
+        return key
 
     def _unblock(self, key: tuple) -> None:
         ip(*_in(key[0]), "route", "del", "blackhole", f"{key[1]}/32", check=False)
-        self._blocked.discard(key)
+        del self._blocked[key]
 
 
 def _in(namespace) -> tuple:

@@ -1,10 +1,10 @@
 """One fault schedule run end to end, and the command that runs many and reports them.
 
 Owns the sequence of a run: a private network and a fresh cluster (ZooKeeper and three
-brokers under the power-cut shim), a topic of two partitions (RF 3,
-``min.insync.replicas`` 2) and a record-batch topic like it, the workloads recording
-into one ``History`` (``workload``: mpbroker's 0.7 clients on the first;
-``modern_workload``: confluent-kafka and kafka-python producers and a committing
+brokers under the power-cut shim, each broker on a date of its own), a topic of two
+partitions (RF 3, ``min.insync.replicas`` 2) and a record-batch topic like it, the
+workloads recording into one ``History`` (``workload``: mpbroker's 0.7 clients on the
+first; ``modern_workload``: confluent-kafka and kafka-python producers and a committing
 consumer group on the second, during the same faults),
 the schedule's faults (``nemesis``) after a few quiet seconds, a few more seconds of
 load after the last heal (every partition must acknowledge a durability-2 write within
