@@ -19,6 +19,7 @@ import pytest
 
 from mpbroker.codec.message import encode_message_set
 from tests.broker.wire import WireClient
+from tests.faults.netcluster.clock import build_sleep_fix
 from tests.polling import wait_for
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -35,10 +36,13 @@ def libfaketime_present():
 
 
 class FakeDate:
-    """The broker's date offset from the real one, in libfaketime's relative format."""
+    """The broker's date offset from the real one, in libfaketime's relative format.
+    ``sleep_fix`` goes before libfaketime: without it, libfaketime 0.9.10 makes every
+    ``time.sleep`` in the broker raise EINVAL (``tests/faults/netcluster/clock.py``)."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, sleep_fix: str):
         self.path = os.path.join(str(directory), "faketime")
+        self.sleep_fix = sleep_fix
         self.set("+0")
 
     def set(self, offset: str) -> None:
@@ -50,13 +54,18 @@ class FakeDate:
 
     @property
     def env(self) -> dict:
-        return {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": self.path,
+        return {"LD_PRELOAD": f"{self.sleep_fix} {LIBFAKETIME}", "FAKETIME_TIMESTAMP_FILE": self.path,
                 "FAKETIME_NO_CACHE": "1", "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
+@pytest.fixture(scope="module")
+def sleep_fix(tmp_path_factory):
+    return build_sleep_fix(str(tmp_path_factory.mktemp("sleep-fix")))
+
+
 @pytest.fixture
-def fake_date(tmp_path):
-    return FakeDate(tmp_path)
+def fake_date(tmp_path, sleep_fix):
+    return FakeDate(tmp_path, sleep_fix)
 
 
 @pytest.fixture
