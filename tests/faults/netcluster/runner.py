@@ -250,7 +250,7 @@ def main(argv=None) -> int:
     for number, seed in enumerate(seeds, 1):
         schedule = regression_schedule(seed) if seed in REGRESSIONS else make_schedule(seed, arguments.steps, PARTITIONS)
         print(f"\n[{number}/{len(seeds)}] schedule seed {seed}", flush=True)
-        result = run_schedule(schedule, _made(os.path.join(directory, f"run-{seed}")), shim_library,
+        result = run_schedule(schedule, _made(os.path.join(directory, f"run-{number}-{seed}")), shim_library,
                               log=lambda line: print(f"    {line}", flush=True))
         results.append(result)
         print(result.text(applied=False), flush=True)
