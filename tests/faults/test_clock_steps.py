@@ -10,8 +10,6 @@ that the broker's date did move (the time stamp of a log line), so it cannot pas
 fake clock silently not applied.
 """
 
-import datetime
-import itertools
 import os
 import time
 
@@ -19,7 +17,7 @@ import pytest
 
 from mpbroker.codec.message import encode_message_set
 from tests.broker.wire import WireClient
-from tests.faults.netcluster.clock import build_sleep_fix
+from tests.faults.netcluster.clock import broker_date_offset_s, build_sleep_fix
 from tests.polling import wait_for
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -75,27 +73,12 @@ def faked_broker(broker_factory, fake_date):
                           worker_heartbeat_timeout_ms=HEARTBEAT_TIMEOUT_MS)
 
 
-def broker_date_offset_s(broker) -> float:
-    """How far the broker's date is from the real one: the time stamp of the line the
-    acceptor logs for a produce to an illegal topic name, against the real time around
-    it. (A probe that changes nothing: a reload, say, would re-arm the workers' timers.)"""
-    probe = f"date probe {next(_probes)}!"
-    before = time.time()
-    with WireClient(broker.port) as client:
-        assert client.produce_acked(probe, 0, encode_message_set([b"x"])).error != 0
-    after = time.time()
-    line = wait_for(lambda: [line for line in broker.output().splitlines() if probe in line], 5,
-                    "the probe's log line", broker.output)[0]
-    logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    return 0.0 if before - 0.01 <= logged <= after + 0.01 else logged - (before + after) / 2
-
-
-_probes = itertools.count()
 
 
 def step_date(broker, fake_date, offset: str, expected_s: float) -> None:
     fake_date.set(offset)
-    assert abs(broker_date_offset_s(broker) - expected_s) < 60, "the broker's date did not move: no libfaketime?"
+    seen = broker_date_offset_s(broker, broker.port)
+    assert abs(seen - expected_s) < 60, "the broker's date did not move: no libfaketime?"
 
 
 def produce_and_time_until_fetchable(broker, topic: str, payloads, timeout: float = 5.0) -> float:

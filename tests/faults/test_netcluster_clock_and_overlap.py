@@ -21,45 +21,23 @@ namespaces (tests/faults/netcluster/):
   two of them hold stays until both are healed; ``heal()`` still heals everything.
 """
 
-import datetime
 import itertools
 import os
 import subprocess
 import sys
 import time
 
-from mpbroker.codec.message import encode_message_set
-from tests.broker.wire import WireClient
-from tests.faults.netcluster.clock import FakeClock, build_sleep_fix
+from tests.faults.netcluster.clock import FakeClock, broker_date_offset_s, build_sleep_fix
 from tests.faults.netcluster.cluster import BROKER_IDS, BROKER_PORT, SESSION_MS
 from tests.faults.netcluster.history import History
 from tests.faults.netcluster.network import ip
 from tests.faults.netcluster.runner import PARTITIONS, run_schedule
 from tests.faults.netcluster.schedule import Schedule, Step
-from tests.polling import wait_for
 
 HOLD_S = SESSION_MS / 1000 - 1  # shorter than the session, longer than the replica lag time (1.5 s)
-_probes = itertools.count()
-
-
-def broker_date_offset_s(cluster, broker_id: int) -> float:
-    """How far the broker's date is from the real one: the time stamp of the line its
-    acceptor logs for a produce to an illegal topic name, against the real time around it."""
-    broker = cluster.brokers[broker_id]
-    probe = f"date probe {next(_probes)}!"
-    before = time.time()
-    with WireClient(BROKER_PORT, host=broker.host) as client:
-        assert client.produce_acked(probe, 0, encode_message_set([b"x"])).error != 0
-    after = time.time()
-    line = wait_for(lambda: [line for line in broker.output().splitlines() if probe in line], 5,
-                    "the probe's log line", broker.output)[0]
-    logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    return 0.0 if before - 0.01 <= logged <= after + 0.01 else logged - (before + after) / 2
-
-
 def step_and_check(cluster, member, offset_s: float) -> None:
     cluster.step_clock(member, offset_s)
-    seen = broker_date_offset_s(cluster, member)
+    seen = broker_date_offset_s(cluster.brokers[member], BROKER_PORT, cluster.brokers[member].host)
     assert abs(seen - offset_s) < 5, f"{member}'s date is {seen:+.0f} s off, not {offset_s:+.0f} s: no libfaketime?"
 
 

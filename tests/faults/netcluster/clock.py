@@ -1,6 +1,7 @@
 """Each broker's own date, for clock steps: libfaketime's offset file per broker.
 
-Owns the files and the environment, nothing else. Every broker of a ``NetCluster``
+Owns the files and the environment, and the probe of a broker's date
+(``broker_date_offset_s``, shared with ``tests/faults/test_clock_steps.py``). Every broker of a ``NetCluster``
 runs with Debian's libfaketime preloaded and its own ``FAKETIME_TIMESTAMP_FILE``,
 holding ``+0`` (the real date) until a step writes another offset, e.g. ``-3600`` (an
 hour back); ``FAKETIME_NO_CACHE`` makes every clock call read the file, so the step
@@ -28,9 +29,16 @@ again, but then a step of ZooKeeper's date also jumps the clock its session time
 run on, which no real step of the date does: not the fault the schedules mean.
 """
 
+import datetime
+import itertools
 import os
 import shutil
 import subprocess
+import time
+
+from mpbroker.codec.message import encode_message_set
+from tests.broker.wire import WireClient
+from tests.polling import wait_for
 
 SLEEP_FIX_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "monotonic_sleep.c")
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
@@ -85,3 +93,22 @@ class FakeClock:
         return {**base, "LD_PRELOAD": preload, "FAKETIME_TIMESTAMP_FILE": self.path, "FAKETIME_NO_CACHE": "1",
                 "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
+
+
+_probes = itertools.count()
+
+
+def broker_date_offset_s(broker, port: int, host: str = "127.0.0.1") -> float:
+    """How far a running broker's date is from the real one (0 within the probe's time):
+    the time stamp of the line its acceptor logs for a produce to an illegal topic name,
+    against the real time around it. A probe that changes nothing (a reload, say, would
+    re-arm the workers' timers); ``broker`` has ``output()``, its log so far."""
+    probe = f"date probe {next(_probes)}!"
+    before = time.time()
+    with WireClient(port, host=host) as client:
+        assert client.produce_acked(probe, 0, encode_message_set([b"x"])).error != 0
+    after = time.time()
+    line = wait_for(lambda: [line for line in broker.output().splitlines() if probe in line], 5,
+                    "the probe's log line", broker.output)[0]
+    logged = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return 0.0 if before - 0.01 <= logged <= after + 0.01 else logged - (before + after) / 2

@@ -60,6 +60,7 @@ from tests.replication import cluster as replicated
 
 from .cluster import KAFKA_PORT
 from .history import History
+from .threads import WorkloadThreads
 
 CONFLUENT = "confluent-kafka"
 KAFKA_PYTHON = "kafka-python"
@@ -88,8 +89,7 @@ class ModernWorkload:
         self.members = tuple(members)
         self.rate = rate
         self._stop = threading.Event()
-        self._threads = []
-        self.errors = []  # unexpected exceptions of the threads themselves (bugs)
+        self._threads = WorkloadThreads()
         self.notes = []  # what the clients reported that the checker does not see (fatal errors, late reports)
         self.client_logs = {}  # producer name -> its last log lines
         self._sealed = False  # set once the producers are done: later delivery reports are not recorded
@@ -130,19 +130,21 @@ class ModernWorkload:
             warming.join(WARM_S + 5)
         for name, client, acks, idempotent in self.producers:
             loop = self._confluent_loop if client == CONFLUENT else self._kafka_python_loop
-            self._spawn(f"modern-{name}", loop, name, acks, idempotent)
+            self._threads.spawn(f"modern-{name}", loop, name, acks, idempotent)
         for member in self.members:
-            self._spawn(f"member-{member}", self._member_loop, member)
+            self._threads.spawn(f"member-{member}", self._member_loop, member)
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(FLUSH_S + 20)
+        alive = self._threads.join(FLUSH_S + 20)
         self._sealed = True
-        alive = [thread.name for thread in self._threads if thread.is_alive()]
         assert not alive, f"modern workload threads still running: {alive}"
-        self._threads.clear()
+
+    @property
+    def errors(self) -> list:
+        """Unexpected exceptions of the threads themselves (bugs)."""
+        return self._threads.errors
 
     def _record(self, name: str, record) -> None:
         """Run ``record`` (a delivery report's history call) unless the producers are done."""
@@ -169,18 +171,6 @@ class ModernWorkload:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    def _spawn(self, name, target, *args) -> None:
-        def run():
-            try:
-                target(*args)
-            except BaseException as exc:  # noqa: BLE001 - kept for the run to report
-                self.errors.append(f"{name}: {exc!r}")
-                raise
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
 
     def _paced(self):
         """Sequence numbers at ``rate`` a second until stopped."""

@@ -33,6 +33,7 @@ from tests.replication import cluster as replicated
 
 from .cluster import BROKER_PORT
 from .history import History
+from .threads import WorkloadThreads
 
 # (name, durability, retries): three producers with durability 2 (one retrying), one with
 # 1, one with 0.
@@ -54,43 +55,32 @@ class Workload:
         self.payloads_per_request = payloads_per_request
         self.timeout = timeout
         self._stop = threading.Event()
-        self._threads = []
-        self.errors = []  # unexpected exceptions of the threads themselves (bugs), not of requests
+        self._threads = WorkloadThreads()
 
     # --- life cycle -------------------------------------------------------------------
 
     def start(self) -> "Workload":
         for index, (name, durability, retries) in enumerate(self.producers):
-            self._spawn(f"producer-{name}", self._produce_loop, name, durability, retries, index)
+            self._threads.spawn(f"producer-{name}", self._produce_loop, name, durability, retries, index)
         for partition in self.partitions:
-            self._spawn(f"consumer-{partition}", self._consume_loop, f"c{partition}", partition)
+            self._threads.spawn(f"consumer-{partition}", self._consume_loop, f"c{partition}", partition)
         return self
 
     def stop(self) -> None:
         self._stop.set()
-        for thread in self._threads:
-            thread.join(self.timeout * 3 + 5)
-        alive = [thread.name for thread in self._threads if thread.is_alive()]
+        alive = self._threads.join(self.timeout * 3 + 5)
         assert not alive, f"workload threads still running: {alive}"
-        self._threads.clear()
+
+    @property
+    def errors(self) -> list:
+        """Unexpected exceptions of the threads themselves (bugs), not of requests."""
+        return self._threads.errors
 
     def __enter__(self) -> "Workload":
         return self.start()
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-    def _spawn(self, name, target, *args) -> None:
-        def run():
-            try:
-                target(*args)
-            except BaseException as exc:  # noqa: BLE001 - kept for the test to report
-                self.errors.append(f"{name}: {exc!r}")
-                raise
-
-        thread = threading.Thread(target=run, name=name, daemon=True)
-        self._threads.append(thread)
-        thread.start()
 
     def _leader(self, partition: int):
         """``(leader id, (host, port))``, or ``(id or None, None)`` while none is reachable."""
