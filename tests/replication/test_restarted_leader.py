@@ -10,19 +10,25 @@ past the high watermark. The new leader's epoch then cut those bytes away (lost
 acknowledged writes) or, below the new epoch's start, left them in the old epoch where
 the other replicas hold different bytes (a message that fails its CRC check in the
 final read). Until its first roles, a broker now serves no partition with leader
-epochs on disk.
+epochs on disk, and its Metadata names no leader (nor a partition count) for such a
+topic.
 """
 
 import threading
 import time
+from types import SimpleNamespace
+
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from mpbroker.codec import requests as rq
 from mpbroker.codec import responses
 from mpbroker.codec.errors import ErrorCode
+from mpbroker.kafka_protocol.errors import KafkaError
 from mpbroker.registry import topic_admin
 from mpbroker.testing.local_zookeeper import free_port
 from tests.broker.wire import WireClient
 from tests.clients.helpers import wait_for
+from tests.kafka.wire import Wire
 from tests.replication.cluster import (
     BROKER_IDS,
     SESSION_MS,
@@ -86,3 +92,47 @@ def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_fa
     _, leader_now = leader_port(zk_client, brokers, "r", 0)
     check_read_back(leader_now, "r", acked)
     wait_identical(list(brokers.values()), "r")
+
+
+def test_a_restarted_broker_names_no_leader_before_it_knows_its_roles(broker_factory, zk_connect, zk_client):
+    """Metadata that reaches a restarted broker before its first roles: its logs of the
+    replicated topic are on disk, but which partitions it has and who leads them are the
+    controller's to say. It used to answer the topic as an unreplicated one it led, with
+    ``num.partitions`` partitions: librdkafka saw a 2-partition topic change to 4 (fault
+    schedule 613522061), and a keyed producer would have sent records to partitions the
+    cluster does not have. Now LEADER_NOT_AVAILABLE, as for a topic whose state has not
+    come yet."""
+    kafka_ports = {i: free_port() for i in BROKER_IDS}
+    brokers = {i: broker_factory(f"b{i}", brokerid=i, port=free_port(), kafka_port=kafka_ports[i],
+                                 enable_zookeeper="true", zk_connect=zk_connect, zk_sessiontimeout_ms=SESSION_MS,
+                                 num_partitions=4, min_insync_replicas=2)
+               for i in BROKER_IDS}
+    topic_admin.create_topic(zk_client, "m", 2, 3, record_batches=True)
+    for partition in range(2):
+        wait_for(lambda: (found := state(zk_client, "m", partition)) is not None and set(found.isr) == set(BROKER_IDS),
+                 30, what="a full ISR")
+    restarted_id = BROKER_IDS[0]
+    restarted = brokers[restarted_id]
+    restarted.kill_tree()
+    starting = threading.Thread(target=restarted.start, daemon=True)
+    starting.start()
+    address = SimpleNamespace(host="127.0.0.1", kafka_port=kafka_ports[restarted_id])
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            early = Wire(address, timeout=60)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "the restarted broker's kafka.port never listened"
+            time.sleep(0.01)
+    with early:
+        answer = early.call(3, 8, bytes(MetadataRequest[8](
+            topics=[MetadataRequest.MetadataRequestTopic(name="m")], allow_auto_topic_creation=True,
+            include_cluster_authorized_operations=False, include_topic_authorized_operations=False).encode(version=8)),
+            MetadataResponse)
+    starting.join(60)
+    assert not starting.is_alive(), "the broker did not start again"
+    [topic] = answer.topics
+    print(f"metadata from the restarting broker: {topic}")
+    assert topic.error_code == KafkaError.LEADER_NOT_AVAILABLE and not topic.partitions, \
+        f"{topic}\n{restarted.output()[-3000:]}"

@@ -12,8 +12,9 @@ are queued behind it on the same ring, so the partitions can be answered at once
 Names that break the topic rule get INVALID_TOPIC_EXCEPTION, and nothing is created.
 With ZooKeeper, a replicated topic is answered from the registrar's view of the
 controller's states; one whose state has not reached this broker yet (just created: its
-logs here may exist already) is LEADER_NOT_AVAILABLE, never answered as an unreplicated
-topic this broker leads.
+logs here may exist already; or the broker just restarted, before its first roles) is
+LEADER_NOT_AVAILABLE, never answered as an unreplicated topic this broker leads (with
+``num.partitions`` partitions, not the topic's).
 """
 
 import base64
@@ -107,9 +108,13 @@ class MetadataHandler:
                            partition_index=partition, leader_id=leader, leader_epoch=epoch, replica_nodes=replicas,
                            isr_nodes=isr, offline_replicas=[])
                 for partition, leader, epoch, replicas, isr in replicated])
-        if self.config.enable_zookeeper and (name in self._legacy.replicated or self._legacy.was_created(name)):
-            # replicated, its state not in the registrar's view yet: this broker's logs of it
-            # may exist already, but who leads is the controller's to say (Kafka answers so)
+        if self.config.enable_zookeeper and (name in self._legacy.replicated or self._legacy.was_created(name)
+                                             or not self._legacy.roles_known):
+            # replicated, its state not in the registrar's view yet (just created; or this
+            # broker just started and has not had its first roles, so it cannot tell a
+            # replicated topic from an unreplicated one: its logs of either may be on
+            # disk, with or without leader epochs): who leads, and how many partitions,
+            # is the controller's to say (Kafka answers so)
             return _Topic(error_code=KafkaError.LEADER_NOT_AVAILABLE, name=name, is_internal=False, partitions=[])
         if not self.topic_exists(name):
             if not may_create:
