@@ -41,12 +41,12 @@ from tests.replication.cluster import (
 )
 
 
-def connect_while_starting(port: int, timeout: float = 30.0) -> WireClient:
-    """A connection to the port as soon as anything listens there."""
+def connect_while_starting(connect, port: int, timeout: float = 30.0):
+    """``connect()`` (a client of ``port``) as soon as anything listens there."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return WireClient(port, 30)
+            return connect()
         except OSError:
             assert time.monotonic() < deadline, f"nothing listens on port {port}"
             time.sleep(0.01)
@@ -73,7 +73,7 @@ def test_a_restarted_leader_takes_no_produce_before_it_knows_its_roles(broker_fa
     starting.start()
     late = {}
     for durability in (1, 2):
-        late[durability] = connect_while_starting(port)
+        late[durability] = connect_while_starting(lambda: WireClient(port, 30), port)
         late[durability].send(rq.encode_produce_acked(durability, "r", 0, message_set([f"late {durability}".encode()])))
     starting.join(60)
     assert not starting.is_alive(), "the broker did not start again"
@@ -117,15 +117,7 @@ def test_a_restarted_broker_names_no_leader_before_it_knows_its_roles(broker_fac
     starting = threading.Thread(target=restarted.start, daemon=True)
     starting.start()
     address = SimpleNamespace(host="127.0.0.1", kafka_port=kafka_ports[restarted_id])
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            early = Wire(address, timeout=60)
-            break
-        except OSError:
-            assert time.monotonic() < deadline, "the restarted broker's kafka.port never listened"
-            time.sleep(0.01)
-    with early:
+    with connect_while_starting(lambda: Wire(address, timeout=60), address.kafka_port) as early:
         answer = early.call(3, 8, bytes(MetadataRequest[8](
             topics=[MetadataRequest.MetadataRequestTopic(name="m")], allow_auto_topic_creation=True,
             include_cluster_authorized_operations=False, include_topic_authorized_operations=False).encode(version=8)),
