@@ -98,7 +98,7 @@ class Replica:
 
 class ReplicaManager:
     def __init__(self, broker_id: int, logs, publisher, config, answer, request_isr, lease, counter_row=None,
-                 roles_seq=lambda: 0):
+                 roles_seq=lambda: 0, request_flush=lambda partition_log: None):
         self.broker_id = broker_id
         self._roles_seq = roles_seq  # callable(): the number of the registrar's last roles message
         self.applied_seq = 0  # the number of the last roles message applied here
@@ -108,6 +108,7 @@ class ReplicaManager:
         self.config = config  # replaced on reload
         self._answer = answer  # callable(kind, parts): a record for the acceptor
         self._request_isr = request_isr  # callable(**fields): an isr_change to the supervisor
+        self._request_flush = request_flush  # callable(log): flush it now, ``flushed`` follows
         self._lease = lease  # callable() -> monotonic ms until which the ZooKeeper session holds
         self.replicas = {}  # (topic, partition) -> Replica
         self.by_log = publisher.replicas  # Log -> Replica: the publisher writes their fields
@@ -176,6 +177,10 @@ class ReplicaManager:
             replica.isr_requested_ms = None
             replica.isr_requested = ()
             replica.version = entry["version"]
+            if self._alone(replica) and replica.log.flushed_end < replica.high_watermark:
+                # The controller left the leader alone (its followers' sessions ended):
+                # what readers saw is now on no other ISR member, so it goes to disk now.
+                self._request_flush(replica.log)
             self._advance_high_watermark(replica)
         elif role == "follower":
             address = (entry["host"], entry["port"])
@@ -332,24 +337,27 @@ class ReplicaManager:
         # An ISR being grown counts with its new members at once (Kafka's "maximal ISR",
         # KIP-497): ZooKeeper may list them already, and the controller could elect one.
         members = replica.isr if not replica.isr_requested else set(replica.isr) | set(replica.isr_requested)
-        alone = True
         for broker in members:
             if broker != self.broker_id:
-                alone = False
                 position = replica.followers.get(broker)
                 known = position.log_end if position is not None else -1
                 if known < end:
                     end = known
-        if alone:
-            # No other copy: readers see only what a power cut here cannot take (a
-            # lone ISR member comes back as the leader with what its disk kept, and a
-            # consumer must never have read bytes the log then writes again).
+        if self._alone(replica):
+            # No other copy ZooKeeper knows of (a follower being added does not count
+            # until it is listed): readers see only what a power cut here cannot take
+            # (a lone ISR member comes back as the leader with what its disk kept, and
+            # a consumer must never have read bytes the log then writes again).
             end = min(end, replica.log.flushed_end)
         if end > replica.high_watermark:
             replica.high_watermark = end
             self._woken.add((replica.topic, replica.partition))
             self._publisher.publish(replica.log)
         self._answer_waiters(replica)
+
+    def _alone(self, replica: Replica) -> bool:
+        """The leader is its ISR's only member, as ZooKeeper lists it."""
+        return tuple(replica.isr) == (self.broker_id,)
 
     def _answer_waiters(self, replica: Replica) -> None:
         waiters = replica.waiters
@@ -360,7 +368,7 @@ class ReplicaManager:
         # its readers wait for.
         code = ErrorCode.NO_ERROR if len(replica.isr) >= replica.log.config.min_insync_replicas \
             else ErrorCode.NOT_ENOUGH_REPLICAS
-        if code and tuple(replica.isr) == (self.broker_id,) and not replica.isr_requested:
+        if code and self._alone(replica) and not replica.isr_requested:
             high_watermark = replica.log.log_end
         if not waiters or waiters[0].next_offset > high_watermark or not self._may_act():
             return  # none covered yet; or no acknowledgement without the lease: tick() tries again
@@ -389,10 +397,19 @@ class ReplicaManager:
                 lagging = [broker for broker in replica.isr if broker != self.broker_id
                            and now - replica.followers.get(broker, FollowerPosition(0)).caught_up_ms > lag_ms]
                 if lagging:
-                    log.warning("%s-%d: followers %s are more than %d ms behind (replica.lag.time.max.ms): "
-                                "leaving the ISR", replica.topic, replica.partition, lagging, lag_ms)
-                    self._ask_isr(replica, tuple(b for b in replica.isr if b not in lagging), now)
+                    self._shrink(replica, lagging, lag_ms, now)
             self._answer_waiters(replica)
+
+    def _shrink(self, replica: Replica, lagging: list, lag_ms: int, now: int) -> None:
+        isr = tuple(broker for broker in replica.isr if broker not in lagging)
+        if isr == (self.broker_id,) and replica.log.flushed_end < replica.high_watermark:
+            # Left alone, the leader would hold the only copy of what readers saw: it
+            # flushes that first, and asks on a tick after the flush completed.
+            self._request_flush(replica.log)
+            return
+        log.warning("%s-%d: followers %s are more than %d ms behind (replica.lag.time.max.ms): "
+                    "leaving the ISR", replica.topic, replica.partition, lagging, lag_ms)
+        self._ask_isr(replica, isr, now)
 
     def _ask_isr(self, replica: Replica, isr: tuple, now: int) -> None:
         replica.isr_requested_ms = now

@@ -96,7 +96,7 @@ class PartitionWorker(ChildProcess):
             roles_seq = lambda: slots.roles_seq(lease_slot)  # noqa: E731
         self.replication = ReplicaManager(config.brokerid, self.logs, self.publisher, config, self._queue_answer,
                                           lambda **fields: self.control.send(Op.ISR_CHANGE, **fields), lease,
-                                          counters, roles_seq)
+                                          counters, roles_seq, request_flush=self.flusher.request)
         self.fetcher = None  # made in start(), with the event loop
         self.handler = ProduceHandler(self.logs, self.publisher, self.flusher, config, self._queue_answer,
                                       self.replication)

@@ -44,12 +44,24 @@ class Leader:
         self.lease_ms = FOREVER_MS
         publisher = Publisher(PartitionTable(4))
         publisher.add(self.log)
+        self.isr_requests = []  # the ISRs asked of the supervisor
+        self.flush_requests = 0
         self.manager = ReplicaManager(1, Logs(self.log), publisher, Config(), self._answer,
-                                      request_isr=lambda **fields: None, lease=lambda: self.lease_ms)
+                                      request_isr=lambda **fields: self.isr_requests.append(fields["isr"]),
+                                      lease=lambda: self.lease_ms, request_flush=self._request_flush)
         self.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
                                    "isr": [1, 2, 3], "replicas": [1, 2, 3], "version": 0}])
         self.replica = self.manager.get("t", 0)
         self.next_id = 0
+
+    def _request_flush(self, partition_log):
+        assert partition_log is self.log
+        self.flush_requests += 1
+
+    def flush(self) -> None:
+        """The flush the manager asked for completes."""
+        self.log.flush()
+        self.manager.flushed(self.log)
 
     def _answer(self, kind, parts):
         assert kind == messages.KIND_ACK
@@ -128,6 +140,51 @@ def test_a_leader_alone_in_its_isr_shows_readers_only_what_it_flushed(leader):
     _, _, next_offset = leader.produce()
     leader.report(2, next_offset)
     assert leader.log.flushed_end < next_offset == leader.replica.high_watermark
+
+
+def test_a_follower_rejoining_a_lone_leader_counts_only_once_zookeeper_lists_it(leader):
+    """While the ISR ZooKeeper holds is the leader alone, a power cut here elects it again
+    with what its disk kept: a follower's copy must not lift the high watermark past the
+    flushed end until the ISR that names the follower is applied (fault schedule
+    161042648 read a message the restarted leader then wrote again, after a heal)."""
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                 "isr": [1], "replicas": [1, 2, 3], "version": 1}])
+    leader.flush()
+    flushed = leader.log.flushed_end
+    leader.produce()
+    leader.report(2, leader.log.log_end)  # caught up: the leader asks for ISR [1, 2]
+    assert leader.isr_requests == [[1, 2]]
+    assert leader.log.log_end > flushed == leader.replica.high_watermark
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                 "isr": [1, 2], "replicas": [1, 2, 3], "version": 2}])
+    assert leader.replica.high_watermark == leader.log.log_end > leader.log.flushed_end
+
+
+def test_a_leader_flushes_what_readers_saw_before_it_asks_to_lead_alone(leader):
+    """Shrinking the ISR to the leader alone leaves the only copy of what is below the
+    high watermark on its disk: it is flushed first, and the shrink is asked for after."""
+    _, _, next_offset = leader.produce()
+    leader.report(2, next_offset)
+    leader.report(3, next_offset)
+    assert leader.replica.high_watermark == next_offset > leader.log.flushed_end
+    lagging = 10**15  # both followers' last catch-up is far behind this clock
+    leader.manager.tick(lagging)
+    assert leader.isr_requests == [] and leader.flush_requests == 1
+    leader.flush()
+    leader.manager.tick(lagging)
+    assert leader.isr_requests == [[1]]
+
+
+def test_a_leader_the_controller_leaves_alone_flushes_at_once(leader):
+    """The controller drops followers whose sessions ended: the leader flushes what its
+    readers saw as soon as the ISR it applies is itself alone."""
+    _, _, next_offset = leader.produce()
+    leader.report(2, next_offset)
+    leader.report(3, next_offset)
+    assert leader.flush_requests == 0
+    leader.manager.apply_roles([{"topic": "t", "partition": 0, "role": "leader", "leader_epoch": 1,
+                                 "isr": [1], "replicas": [1, 2, 3], "version": 1}])
+    assert leader.flush_requests == 1
 
 
 def test_without_the_lease_nothing_is_answered_until_tick_finds_it_again(leader):
