@@ -122,6 +122,12 @@ class LeaderEpochs:
         self.entries = []
         return changed
 
+    def write_if_missing(self) -> None:
+        """Write the file (empty if no epoch began yet) unless it exists: the log is
+        known as a replicated partition's from then on, also after a restart."""
+        if not os.path.exists(self.path):
+            self.write()
+
     def write(self) -> None:
         """Replace the file with the entries, durably. Blocking (two fsyncs); OSError."""
         lines = [str(VERSION), str(len(self.entries))] + [f"{e.epoch} {e.start_offset}" for e in self.entries]

@@ -150,6 +150,9 @@ class ReplicaManager:
                 # leader's bytes cannot go into it, nor produces of the topic's format.
                 raise ValueError(f"its log holds {_format_name(partition_log.record_batches)}, the topic's "
                                  f"assignment says {_format_name(record_batches)}")
+            # On disk before any byte comes: a restart before the next roles must not
+            # take the topic for an unreplicated one (``roles_unknown_for``).
+            partition_log.leader_epochs.write_if_missing()
             replica = Replica(partition_log)
             # A respawned worker: what its predecessor published (the table outlives it).
             previous = self._publisher.previous(partition_log)

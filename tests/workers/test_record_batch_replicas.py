@@ -1,6 +1,7 @@
 """Replicas of a record-batch topic in the worker, on real Logs in real directories:
 the roles create the log in the topic's format (leader and follower alike; a log found
-in the other format takes no role); a follower checks the batches its leader sent
+in the other format takes no role) and mark it replicated on disk before any byte
+comes; a follower checks the batches its leader sent
 (``scan_batches``), appends whole ones byte for byte and counts their records, grows
 its fetch for a batch larger than it asked for and appends nothing of bad bytes; a
 leader stamps the leader epoch into each batch it appends."""
@@ -17,7 +18,8 @@ from mpbroker.records.batch import validate_batches
 from mpbroker.segments import LogConfig
 from mpbroker.segments.log import Log
 from mpbroker.segments.log_manager import LogManager
-from mpbroker.segments.naming import RECORD_BATCHES_FILE, partition_dir_name
+from mpbroker.segments.leader_epochs import LeaderEpochs
+from mpbroker.segments.naming import LEADER_EPOCH_FILE, RECORD_BATCHES_FILE, partition_dir_name
 from mpbroker.workers import record_batches
 from mpbroker.workers.publisher import Publisher
 from mpbroker.workers.replica_fetcher import ReplicaFetcher
@@ -44,6 +46,20 @@ def manager_on(tmp_path):
     manager = ReplicaManager(1, logs, Publisher(PartitionTable(8)), ManagerConfig(), lambda kind, parts: None,
                              request_isr=lambda **fields: None, lease=lambda: 1 << 62)
     return logs, manager
+
+
+def test_a_role_marks_the_log_replicated_on_disk_before_any_byte(tmp_path):
+    """A follower that never received a byte has no epoch to record, yet a restart must
+    know its topic was replicated before the roles come again (the acceptor refuses a
+    produce to it until then, ``roles_unknown_for``, keyed on the leader-epoch file): a
+    broker restarted then took a produce the 0.7 way for such a topic."""
+    logs, manager = manager_on(tmp_path)
+    manager.apply_roles([entry("followed", "follower"), entry("unassigned", "none")])
+    logs.close()
+    directory = os.path.join(str(tmp_path), partition_dir_name("followed", 0))
+    assert os.path.exists(os.path.join(directory, LEADER_EPOCH_FILE))
+    assert LeaderEpochs.load(directory).entries == []
+    assert logs.get("unassigned", 0) is None
 
 
 def holds_batches(tmp_path, topic: str) -> bool:
