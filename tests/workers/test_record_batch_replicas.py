@@ -16,9 +16,9 @@ from mpbroker.ipc.partition_table import PartitionTable, Role
 from mpbroker.records import encode_batch, read_header
 from mpbroker.records.batch import validate_batches
 from mpbroker.segments import LogConfig
+from mpbroker.segments.leader_epochs import LeaderEpochs
 from mpbroker.segments.log import Log
 from mpbroker.segments.log_manager import LogManager
-from mpbroker.segments.leader_epochs import LeaderEpochs
 from mpbroker.segments.naming import LEADER_EPOCH_FILE, RECORD_BATCHES_FILE, partition_dir_name
 from mpbroker.workers import record_batches
 from mpbroker.workers.publisher import Publisher
