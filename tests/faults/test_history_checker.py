@@ -24,7 +24,8 @@ from tests.faults.netcluster.checker import (
     ORDER,
     check,
 )
-from tests.faults.netcluster.history import FAILED, INDETERMINATE, OK, PENDING, History, classify_error
+from tests.faults.netcluster.history import History
+from tests.faults.netcluster.history_records import FAILED, INDETERMINATE, OK, PENDING, classify_error
 
 TOPIC = "t"
 

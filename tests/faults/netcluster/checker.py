@@ -63,7 +63,8 @@ up (after the heal, when every replica's log end equals it).
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .history import FAILED, OK, PENDING, History
+from .history import History
+from .history_records import FAILED, OK, PENDING
 from .modern_checker import check_modern
 
 EXAMPLES = 5  # examples kept per kind of problem for details()
