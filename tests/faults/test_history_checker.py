@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mpbroker.codec.message import encode_message
-from tests.faults.netcluster.checker import (
+from tests.faults.netcluster.checker import check
+from tests.faults.netcluster.checker_report import (
     ABORTED,
     DIVERGENT_READS,
     DIVERGENT_REPLICAS,
@@ -22,9 +23,9 @@ from tests.faults.netcluster.checker import (
     LOST,
     MISSING_FINAL,
     ORDER,
-    check,
 )
-from tests.faults.netcluster.history import FAILED, INDETERMINATE, OK, PENDING, History, classify_error
+from tests.faults.netcluster.history import History
+from tests.faults.netcluster.history_records import FAILED, INDETERMINATE, OK, PENDING, classify_error
 
 TOPIC = "t"
 

@@ -6,7 +6,8 @@ losses, duplicates and reordering without idempotence) is no failure."""
 
 from mpbroker.records.batch import pack_batch
 from tests.faults.netcluster.checker import check
-from tests.faults.netcluster.history import FAILED, INDETERMINATE, OK, History
+from tests.faults.netcluster.history import History
+from tests.faults.netcluster.history_records import FAILED, INDETERMINATE, OK
 from tests.faults.netcluster.modern_checker import (
     COMMIT_AHEAD,
     COMMIT_LOST,

@@ -1,7 +1,7 @@
 """The checker of a fault run's history (``history.History``): ``check(history)`` reads
-the whole history once and returns a ``Report`` (per partition and in total) whose
-``table()`` is what a run prints and whose ``details()`` names the first examples of
-each problem. Pure Python over dicts and sets, linear in the size of the history (a
+the whole history once and returns a ``Report`` (``checker_report``: per partition and
+in total) whose ``table()`` is what a run prints and whose ``details()`` names the first
+examples of each problem. Pure Python over dicts and sets, linear in the size of the history (a
 million payloads take seconds), so it can run after every schedule and again offline
 on a saved history.
 
@@ -61,167 +61,12 @@ up (after the heal, when every replica's log end equals it).
 """
 
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 
-from .history import FAILED, OK, PENDING, History
+from . import checker_report as kinds  # the failure kinds' names
+from .checker_report import Examples, PartitionReport, Report
+from .history import History
+from .history_records import FAILED, OK
 from .modern_checker import check_modern
-
-EXAMPLES = 5  # examples kept per kind of problem for details()
-
-LOST = "lost"
-DIVERGENT_READS = "divergent reads"
-DIVERGENT_REPLICAS = "divergent replicas"
-DUPLICATED = "unexplained duplicates"
-ORDER = "order"
-ABORTED = "aborted reads"
-MISSING_FINAL = "missing final read"
-FAILURE_KINDS = (LOST, DIVERGENT_READS, DIVERGENT_REPLICAS, DUPLICATED, ORDER, ABORTED, MISSING_FINAL)
-
-
-@dataclass
-class PartitionReport:
-    topic: str
-    partition: int
-    attempts: int = 0
-    reads: int = 0
-    final_messages: int | None = None  # None: no final read
-    acknowledged: Counter = field(default_factory=Counter)  # durability -> payloads acknowledged
-    lost: Counter = field(default_factory=Counter)  # durability -> acknowledged payloads missing
-    divergent_reads: int = 0  # (partition, offset) pairs observed two ways
-    divergent_replicas: int = 0  # pairs of replica logs differing below the HW, and short logs
-    duplicated_explained: int = 0  # extra copies in the final read, explained by retries
-    duplicated_unexplained: int = 0
-    order_violations: int = 0
-    aborted_reads: int = 0  # distinct payloads read that no attempt may have appended
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-    def add(self, other: "PartitionReport") -> None:
-        for name in ("attempts", "reads", "divergent_reads", "divergent_replicas", "duplicated_explained",
-                     "duplicated_unexplained", "order_violations", "aborted_reads"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        if other.final_messages is not None:
-            self.final_messages = (self.final_messages or 0) + other.final_messages
-        self.acknowledged.update(other.acknowledged)
-        self.lost.update(other.lost)
-
-
-@dataclass
-class Report:
-    seed: object
-    partitions: dict  # (topic, partition) -> PartitionReport
-    total: PartitionReport
-    outcomes: Counter  # attempt outcome -> attempts (pending ones counted as such)
-    acknowledged_attempts: Counter  # durability -> attempts acknowledged
-    faults: Counter  # fault kind -> faults applied
-    missing_final_reads: list  # (topic, partition) produced to or read, with no final read
-    examples: dict  # failure kind (or "lost d0"/"lost d1"/"explained duplicates") -> [str]
-    modern: object = None  # modern_checker.ModernReport, None without modern clients
-
-    # --- the verdict ----------------------------------------------------------------
-
-    @property
-    def lost(self) -> Counter:
-        return self.total.lost
-
-    @property
-    def acknowledged(self) -> Counter:
-        return self.total.acknowledged
-
-    @property
-    def divergent(self) -> int:
-        return self.total.divergent_reads + self.total.divergent_replicas
-
-    @property
-    def duplicated(self) -> tuple:
-        """(explained, unexplained) extra copies in the final reads."""
-        return self.total.duplicated_explained, self.total.duplicated_unexplained
-
-    @property
-    def order_violations(self) -> int:
-        return self.total.order_violations
-
-    @property
-    def aborted_reads(self) -> int:
-        return self.total.aborted_reads
-
-    def failures(self) -> dict:
-        """Failure kind -> count, for the kinds that are non-zero."""
-        counts = {LOST: self.total.lost[2], DIVERGENT_READS: self.total.divergent_reads,
-                  DIVERGENT_REPLICAS: self.total.divergent_replicas, DUPLICATED: self.total.duplicated_unexplained,
-                  ORDER: self.total.order_violations, ABORTED: self.total.aborted_reads,
-                  MISSING_FINAL: len(self.missing_final_reads)}
-        if self.modern is not None:
-            counts.update(self.modern.failures())
-        return {kind: count for kind, count in counts.items() if count}
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures()
-
-    # --- what a run prints ------------------------------------------------------------
-
-    def table(self) -> str:
-        verdict = "OK" if self.ok else "FAILED: " + ", ".join(f"{kind} {n}" for kind, n in self.failures().items())
-        total = self.total
-        outcomes = ", ".join(f"{name} {self.outcomes[name]}" for name in (OK, FAILED, "indeterminate", PENDING)
-                             if self.outcomes[name])
-        lines = [f"history check (seed {self.seed}): {verdict}",
-                 f"operations: {sum(self.outcomes.values())} produce attempts ({outcomes or 'none'}), "
-                 f"{total.reads} messages read, {total.final_messages or 0} in the final reads of "
-                 f"{sum(p.final_messages is not None for p in self.partitions.values())} partitions",
-                 "acknowledged attempts: " + _by_durability(self.acknowledged_attempts)]
-        header = ("partition", "attempts", "reads", "final", "acked d0/d1/d2", "lost d0/d1/d2", "divergent r/rep",
-                  "dup expl/unexpl", "order", "aborted")
-        rows = [header]
-        for report in [*sorted(self.partitions.values(), key=lambda p: (p.topic, p.partition)), total]:
-            rows.append((report.name if report is not total else "total", str(report.attempts), str(report.reads),
-                         "-" if report.final_messages is None else str(report.final_messages),
-                         "/".join(str(report.acknowledged[d]) for d in (0, 1, 2)),
-                         "/".join(str(report.lost[d]) for d in (0, 1, 2)),
-                         f"{report.divergent_reads}/{report.divergent_replicas}",
-                         f"{report.duplicated_explained}/{report.duplicated_unexplained}",
-                         str(report.order_violations), str(report.aborted_reads)))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        for row in rows:
-            lines.append("  ".join(cell.rjust(width) if i else cell.ljust(width)
-                                   for i, (cell, width) in enumerate(zip(row, widths))))
-        lines.append("(acked and lost count payloads; lost d0/d1 are the price of the weaker acknowledgements, not "
-                     "failures; divergent: offsets read two ways / replica pairs differing below the HW or short logs; "
-                     "dup: extra copies in the final read)")
-        if self.modern is not None:
-            lines.append(self.modern.table())
-        lines.append("faults: " + (", ".join(f"{kind} {n}" for kind, n in sorted(self.faults.items())) or "none"))
-        return "\n".join(lines)
-
-    def details(self) -> str:
-        """The first examples of each kind of problem (and of the counted trade-offs)."""
-        parts = []
-        modern = self.modern.examples if self.modern is not None else {}
-        for kind, examples in [*self.examples.items(), *modern.items()]:
-            if examples:
-                parts.append(f"{kind}:")
-                parts.extend(f"  {example}" for example in examples)
-        return "\n".join(parts) if parts else "no problems"
-
-    def __str__(self) -> str:
-        return self.table() if self.ok else f"{self.table()}\n{self.details()}"
-
-
-def _by_durability(counter: Counter) -> str:
-    return ", ".join(f"d{d} {counter[d]}" for d in (0, 1, 2))
-
-
-# --- the check ------------------------------------------------------------------------
-
-
-class _Examples(dict):
-    def note(self, kind: str, text) -> None:
-        found = self.setdefault(kind, [])
-        if len(found) < EXAMPLES:
-            found.append(text() if callable(text) else text)
 
 
 class _Sent:
@@ -239,7 +84,7 @@ class _Sent:
 
 
 def check(history: History) -> Report:
-    examples = _Examples()
+    examples = Examples()
     partitions = {}
 
     def partition(topic, number) -> PartitionReport:
@@ -268,7 +113,7 @@ def check(history: History) -> Report:
 
     missing = sorted(key for key in partitions if key not in finals)
     for topic, number in missing:
-        examples.note(MISSING_FINAL, f"{topic}-{number}: produced to or read, but no final read recorded")
+        examples.note(kinds.MISSING_FINAL, f"{topic}-{number}: produced to or read, but no final read recorded")
 
     total = PartitionReport("", -1)
     for report in partitions.values():
@@ -341,7 +186,7 @@ class _Final:
         self.broker = broker
 
 
-def _check_final(final_read, index: _Sent, report: PartitionReport, aborted: set, examples: _Examples) -> _Final:
+def _check_final(final_read, index: _Sent, report: PartitionReport, aborted: set, examples: Examples) -> _Final:
     """Index the final read; its offsets' order, duplicates, aborted reads."""
     name = report.name
     final = _Final(final_read.broker)
@@ -351,8 +196,8 @@ def _check_final(final_read, index: _Sent, report: PartitionReport, aborted: set
             final.start = offset
         if (previous is not None and offset <= previous) or next_offset <= offset:
             report.order_violations += 1
-            examples.note(ORDER, lambda: f"{name}: final read entry at offset {offset} (next {next_offset}) after "
-                                         f"offset {previous}: offsets must strictly increase")
+            examples.note(kinds.ORDER, lambda: f"{name}: final read entry at offset {offset} (next {next_offset}) "
+                                               f"after offset {previous}: offsets must strictly increase")
         previous = offset if previous is None else max(previous, offset)
         final.by_offset.setdefault(offset, (next_offset, payload))
         final.end = next_offset if final.end is None else max(final.end, next_offset)
@@ -373,8 +218,8 @@ def _check_final(final_read, index: _Sent, report: PartitionReport, aborted: set
                                                           f"{index.first[payload]}")
         else:
             report.duplicated_unexplained += extra
-            examples.note(DUPLICATED, lambda: f"{name}: {payload!r} at offsets {offsets}: "
-                                              + _why_unexplained(payload, index, len(offsets)))
+            examples.note(kinds.DUPLICATED, lambda: f"{name}: {payload!r} at offsets {offsets}: "
+                                                    + _why_unexplained(payload, index, len(offsets)))
     return final
 
 
@@ -387,26 +232,26 @@ def _why_unexplained(payload, index: _Sent, copies: int) -> str:
             f"(attempt {index.first[payload]}) may have appended it")
 
 
-def _note_aborted(name, payload, index: _Sent, where: str, examples: _Examples) -> None:
+def _note_aborted(name, payload, index: _Sent, where: str, examples: Examples) -> None:
     first = index.first.get(payload)
     why = "no attempt of this partition sent it" if first is None else \
         f"every attempt that sent it failed (first: attempt {first})"
-    examples.note(ABORTED, lambda: f"{name}: {payload!r} {where}: {why}")
+    examples.note(kinds.ABORTED, lambda: f"{name}: {payload!r} {where}: {why}")
 
 
-def _check_lost(key, index: _Sent | None, final: _Final, report: PartitionReport, examples: _Examples) -> None:
+def _check_lost(key, index: _Sent | None, final: _Final, report: PartitionReport, examples: Examples) -> None:
     if index is None:
         return
     present = final.position
     for payload, durability in index.acked.items():
         if payload not in present:
             report.lost[durability] += 1
-            kind = LOST if durability == 2 else f"lost d{durability} (counted, not a failure)"
+            kind = kinds.LOST if durability == 2 else f"lost d{durability} (counted, not a failure)"
             examples.note(kind, lambda: f"{report.name}: {payload!r} acknowledged with durability {durability} "
                                         f"(attempt {index.first[payload]}) is not in the final read")
 
 
-def _check_order(key, index: _Sent | None, final: _Final, report: PartitionReport, examples: _Examples) -> None:
+def _check_order(key, index: _Sent | None, final: _Final, report: PartitionReport, examples: Examples) -> None:
     if index is None:
         return
     name = report.name
@@ -428,18 +273,18 @@ def _check_order(key, index: _Sent | None, final: _Final, report: PartitionRepor
                 if misplaced or backwards:
                     report.order_violations += 1
                     if misplaced:
-                        examples.note(ORDER, lambda: f"{name}: producer {producer}'s {payload!r} (attempt "
-                                                     f"{attempt.id}) acknowledged at [{low}, {high}) is at offset "
-                                                     f"{position} in the final read")
+                        examples.note(kinds.ORDER, lambda: f"{name}: producer {producer}'s {payload!r} (attempt "
+                                                           f"{attempt.id}) acknowledged at [{low}, {high}) is at "
+                                                           f"offset {position} in the final read")
                     else:
-                        examples.note(ORDER, lambda: f"{name}: producer {producer}'s {payload!r} (attempt "
-                                                     f"{attempt.id}) at offset {position}, before {previous_payload!r}"
-                                                     f" (at {previous}) acknowledged earlier")
+                        examples.note(kinds.ORDER, lambda: f"{name}: producer {producer}'s {payload!r} (attempt "
+                                                           f"{attempt.id}) at offset {position}, before "
+                                                           f"{previous_payload!r} (at {previous}) acknowledged earlier")
                 if position > previous:
                     previous, previous_payload = position, payload
 
 
-def _check_reads(reads, sent: dict, finals: dict, partition, aborted: dict, examples: _Examples) -> None:
+def _check_reads(reads, sent: dict, finals: dict, partition, aborted: dict, examples: Examples) -> None:
     """Reads against the final read and against each other; aborted reads (``aborted``:
     per partition, the payloads counted already, by the final read)."""
     seen = defaultdict(dict)  # (topic, partition) -> offset -> (next_offset, payload, read) not in the final read
@@ -480,12 +325,12 @@ def _check_reads(reads, sent: dict, finals: dict, partition, aborted: dict, exam
         if problem is not None and offset not in divergent[key]:
             divergent[key].add(offset)
             report.divergent_reads += 1
-            examples.note(DIVERGENT_READS, lambda: f"{report.name} offset {offset}: {read.reader} read {payload!r} "
-                                                   f"with next offset {next_offset} from broker {read.broker} "
-                                                   f"({read.role or 'role unknown'}); {problem}")
+            examples.note(kinds.DIVERGENT_READS, lambda: f"{report.name} offset {offset}: {read.reader} read "
+                                                         f"{payload!r} with next offset {next_offset} from broker "
+                                                         f"{read.broker} ({read.role or 'role unknown'}); {problem}")
 
 
-def _check_replicas(replica_logs, partition, examples: _Examples) -> None:
+def _check_replicas(replica_logs, partition, examples: Examples) -> None:
     by_partition = defaultdict(list)
     for replica in replica_logs:
         by_partition[(replica.topic, replica.partition)].append(replica)
@@ -495,15 +340,16 @@ def _check_replicas(replica_logs, partition, examples: _Examples) -> None:
             end = replica.log_start + len(replica.data)
             if end < replica.high_watermark:
                 report.divergent_replicas += 1
-                examples.note(DIVERGENT_REPLICAS, lambda: f"{report.name}: broker {replica.broker}'s log ends at "
-                                                          f"{end}, below the high watermark {replica.high_watermark}"
-                                                          f" recorded with it (committed bytes missing)")
+                examples.note(kinds.DIVERGENT_REPLICAS, lambda: f"{report.name}: broker {replica.broker}'s log ends "
+                                                                f"at {end}, below the high watermark "
+                                                                f"{replica.high_watermark} recorded with it (committed "
+                                                                f"bytes missing)")
         for i, first in enumerate(replicas):
             for second in replicas[i + 1:]:
                 difference = _first_difference(first, second)
                 if difference is not None:
                     report.divergent_replicas += 1
-                    examples.note(DIVERGENT_REPLICAS, lambda: (
+                    examples.note(kinds.DIVERGENT_REPLICAS, lambda: (
                         f"{report.name}: brokers {first.broker} and {second.broker} differ at byte offset "
                         f"{difference}, below the high watermark "
                         f"{min(first.high_watermark, second.high_watermark)}"))

@@ -63,7 +63,8 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from .history import FAILED, OK, History
+from .history import History
+from .history_records import FAILED, OK
 
 EXAMPLES = 5
 
