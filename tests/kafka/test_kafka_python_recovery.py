@@ -19,8 +19,9 @@ past the request timeout and then the delivery timeout stalls the producer for g
 as it did in the fault schedules (tests/faults/netcluster/modern_workload.py). No answer
 of the broker comes into it: after the expiry the client sends no request for that
 producer again. Against Apache Kafka 4.4 (which it takes for 4.3) the same script ends
-the same way (measured once, by hand: c and d expire, state READY, producer id -1). That test is an expected failure (strict: it fails the run once a
-kafka-python release recovers, so that the note and the xfail go).
+the same way (measured once, by hand: c and d never delivered, state READY, producer id
+-1). That test is an expected failure (strict: it fails the run once a kafka-python
+release recovers, so that the note and the xfail go).
 
 A broker with the same producer id written ahead of the client's sequence stands in for
 the producer-state error: the simplest stage of OUT_OF_ORDER_SEQUENCE_NUMBER with the
