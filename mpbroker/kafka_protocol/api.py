@@ -18,8 +18,9 @@ InitProducerId (v3+, with its producer id and epoch: KIP-360) again; below 2.5 i
 resets its producer id and never asks for another, and its sender sends nothing again.
 (It does that too after a batch it had retried expires, whatever the broker:
 ``tests/kafka/test_kafka_python_recovery.py``.) Its inference tries DescribeClientQuotas
-0 (2.6), Fetch 12 (2.7), Produce 9 (2.8) and DescribeAcls 3 (3.3) before DescribeAcls 2,
-so none of those is advertised: DescribeAcls stops at 2.
+0 (2.6), Fetch 12 (2.7), Produce 9 (2.8) and DescribeAcls 3 (3.3) before DescribeAcls 2:
+advertising any of those would make it take this for a later release, hence
+DescribeAcls stops at 2.
 """
 
 from enum import IntEnum

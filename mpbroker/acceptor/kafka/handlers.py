@@ -6,7 +6,7 @@ one with error 35 in v0 form and the versions served, KIP-511, so a newer client
 falls back). A request of a known API in a version it does not serve gets that
 API's answer with UNSUPPORTED_VERSION where the answer has a place for it (Produce
 0-2, advertised for old librdkafka's sake). A request of an API not served here (the
-APIs of transactions, the ACLs' but DescribeAcls, ...) gets its own answer with
+APIs of transactions, the ACL APIs but DescribeAcls, ...) gets its own answer with
 UNSUPPORTED_VERSION as its top-level error, where kafka-python knows its form and it
 has one; otherwise it cannot
 be answered in its own form, and its connection is closed with one log line. Bytes that do not decode as the request they claim to be close the
