@@ -30,8 +30,8 @@ CONNECTIONS_OPEN = 11  # a gauge: the acceptor stores its current number
 # The modern listener: requests per API (by key: 0 Produce, 1 Fetch, 2 ListOffsets, 3 Metadata,
 # 8 OffsetCommit, 9 OffsetFetch, 10 FindCoordinator, 11 JoinGroup, 12 Heartbeat, 13 LeaveGroup,
 # 14 SyncGroup, 15 DescribeGroups, 16 ListGroups, 18 ApiVersions, 19 CreateTopics,
-# 20 DeleteTopics, 22 InitProducerId, 32 DescribeConfigs, 42 DeleteGroups).
-MODERN_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 32, 42)
+# 20 DeleteTopics, 22 InitProducerId, 29 DescribeAcls, 32 DescribeConfigs, 42 DeleteGroups).
+MODERN_API_KEYS = (0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18, 19, 20, 22, 29, 32, 42)
 KAFKA_REQUESTS = 12  # KAFKA_REQUESTS + index in MODERN_API_KEYS: modern requests of that API
 KAFKA_CONNECTIONS_ACCEPTED = KAFKA_REQUESTS + len(MODERN_API_KEYS)  # of CONNECTIONS_ACCEPTED, on kafka.port
 KAFKA_CONNECTIONS_OPEN = KAFKA_CONNECTIONS_ACCEPTED + 1  # a gauge: of CONNECTIONS_OPEN, on kafka.port

@@ -39,6 +39,7 @@ class KafkaError(IntEnum):
     INVALID_PRODUCER_EPOCH = 47  # ... from an epoch older than the producer's latest
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
+    SECURITY_DISABLED = 54  # DescribeAcls: no authorizer here (acceptor.kafka.acls)
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59  # never answered since KIP-360 (Kafka 2.5): see workers.producer_state
     NON_EMPTY_GROUP = 68

@@ -18,6 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaPythonTopicPartition
+from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
 from kafka.protocol.consumer import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataRequest, MetadataResponse
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse
@@ -618,3 +619,37 @@ def idempotent_script(broker, topic):
 def test_idempotent_producer_retry(both, topic):
     answers = on_both(both, idempotent_script, topic)
     assert answers["kafka"] == answers["mpbroker"], answers
+
+
+# KIP-360's InitProducerId and the DescribeAcls that tells kafka-python it is there (both flexible)
+
+
+def init_producer_id_again_and_describe_acls(broker):
+    """InitProducerId v4 twice, the second naming the first's id and epoch (a producer
+    without transactional.id asking again, as kafka-python does after
+    OUT_OF_ORDER_SEQUENCE_NUMBER); DescribeAcls v2 of everything."""
+    def init(producer_id, epoch):
+        """The answer, once it is not COORDINATOR_LOAD_IN_PROGRESS (a fresh Kafka's first ones)."""
+        request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=60000, producer_id=producer_id,
+                                        producer_epoch=epoch)
+
+        def answered():
+            answer = wire.call(22, 4, bytes(request.encode(version=4)), InitProducerIdResponse, flexible=True)
+            return answer if answer.error_code != 14 else None
+        return wait_for(answered, TIMEOUT_S, "InitProducerId past COORDINATOR_LOAD_IN_PROGRESS")
+
+    acls = DescribeAclsRequest(resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                               principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    with Wire(broker) as wire:
+        first = init(-1, -1)
+        again = init(first.producer_id, first.producer_epoch)
+        described = wire.call(29, 2, bytes(acls.encode(version=2)), DescribeAclsResponse, flexible=True)
+    return {"errors": (first.error_code, again.error_code), "epochs": (first.producer_epoch, again.producer_epoch),
+            "a new id": again.producer_id != first.producer_id,
+            "describe acls": (described.error_code, bool(described.error_message), described.resources)}
+
+
+def test_init_producer_id_naming_its_id_gets_a_new_one_and_describe_acls_has_no_authorizer(both):
+    answers = on_both(both, init_producer_id_again_and_describe_acls)
+    assert answers["kafka"] == answers["mpbroker"], answers
+    assert answers["mpbroker"]["a new id"] and answers["mpbroker"]["describe acls"] == (54, True, [])

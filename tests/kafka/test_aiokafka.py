@@ -1,5 +1,6 @@
 """aiokafka against the modern listener: AIOKafkaProducer and AIOKafkaConsumer (assign,
-no group), a round trip of keys, headers and timestamps with each codec."""
+no group), a round trip of keys, headers and timestamps with each codec; an idempotent
+producer."""
 
 import asyncio
 
@@ -46,3 +47,10 @@ def test_round_trip(kafka_broker, topic, codec):
     assert [r.offset for r in got] == [m.offset for m in sent]
     assert [m.offset for m in sent] == sorted({m.offset for m in sent})
     assert end == sent[-1].offset + 1
+
+
+def test_idempotent_producer(kafka_broker, topic):
+    """``enable_idempotence=True``: InitProducerId (aiokafka asks v0), then every message once."""
+    messages = [(b"k%d" % i, b"v%d" % i, [], BASE_TS + i) for i in range(4)]
+    sent, got, _ = asyncio.run(round_trip(kafka_broker.bootstrap, topic, messages, enable_idempotence=True))
+    assert [(r.value, r.offset) for r in got] == [(value, m.offset) for (_, value, _, _), m in zip(messages, sent)]

@@ -54,9 +54,9 @@ def test_unknown_api_key_closes_connection(kafka_broker, api_key):
     assert_still_serving(kafka_broker)
 
 
-@pytest.mark.parametrize("api_key, version", [(47, 0), (25, 0), (26, 1), (29, 1), (17, 1), (36, 0)])
+@pytest.mark.parametrize("api_key, version", [(47, 0), (25, 0), (26, 1), (48, 0), (17, 1), (36, 0)])
 def test_an_api_not_served_gets_its_own_answer_with_unsupported_version(kafka_broker, api_key, version):
-    """OffsetDelete, the transactions' AddOffsetsToTxn and EndTxn, DescribeAcls, SASL's
+    """OffsetDelete, the transactions' AddOffsetsToTxn and EndTxn, DescribeClientQuotas, SASL's
     handshake and authentication (none served here; the group APIs were, until they
     were served): answered in their own form with UNSUPPORTED_VERSION, the connection
     kept (a client may send them)."""

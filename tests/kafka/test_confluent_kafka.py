@@ -1,6 +1,6 @@
 """confluent-kafka (librdkafka) against the modern listener, default settings plus the
 bootstrap address: Producer and Consumer (assign, no group) with keys, headers and
-timestamps, every codec, acks 0/1/all; AdminClient.list_topics; auto-creation by a
+timestamps, every codec, acks 0/1/all, idempotence; AdminClient.list_topics; auto-creation by a
 produce; offsets_for_times (ListOffsets by time)."""
 
 import time
@@ -138,3 +138,14 @@ def test_offsets_for_times_record_time_ahead_of_broker_clock(kafka_broker, topic
     [(err, offset)] = produce(kafka_broker, topic, [(None, b"from the future", None, ahead)])
     assert err is None
     assert offsets_for_time(kafka_broker, topic, ahead) == offset
+
+
+def test_idempotent_producer(kafka_broker, topic):
+    """``enable.idempotence``: librdkafka asks InitProducerId in its highest version
+    advertised (4, flexible), then sends every message once, in order."""
+    messages = sample()
+    reports = produce(kafka_broker, topic, messages, **{"enable.idempotence": True})
+    assert [err for err, _ in reports] == [None] * len(messages)
+    got = consume(kafka_broker, topic, len(messages))
+    assert [(m.value(), m.offset()) for m in got] == [(value, offset) for (_, value, _, _), (_, offset) in
+                                                       zip(messages, reports)]

@@ -1,7 +1,8 @@
 """A fuzzer for the modern request path (the 0.7 one is tests/faults/test_protocol_fuzz.py),
 against one live broker (two workers): hypothesis sends well-formed requests of every API
 served (Produce 3-8 with batches of every codec, Fetch 4-11, ListOffsets 1-5, Metadata
-0-8, ApiVersions 0-3) and of unknown APIs and versions, then damages them: flipped and
+0-8, ApiVersions 0-3, InitProducerId 0-4 and DescribeAcls 1-2, flexible ones with request
+header v2) and of unknown APIs and versions, then damages them: flipped and
 inserted bytes, truncated bodies, random bodies, a size field that lies. Each example is
 one connection. Checked for each: the broker answers (a whole frame with the request's
 correlation id) or closes the connection; a request it keeps (a long-polling Fetch, a
@@ -19,8 +20,10 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from kafka.protocol.admin import DescribeAclsRequest
 from kafka.protocol.consumer import FetchRequest, ListOffsetsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+from kafka.protocol.producer import InitProducerIdRequest
 
 from mpbroker.records import encode_batch
 from mpbroker.testing.local_broker import LocalBroker
@@ -31,6 +34,8 @@ EXAMPLES = int(os.environ.get("MPBROKER_KAFKA_FUZZ_EXAMPLES", "150"))
 ANSWER_WAIT_S = 1.0  # then the client half-closes
 CLOSE_WAIT_S = 5.0
 TOPICS = ["fuzz", "fuzz-two", "../x", "new-topic"]
+KINDS = ["produce", "fetch", "list_offsets", "metadata", "api_versions", "init_producer_id", "describe_acls"]
+KEYS = (0, 1, 2, 3, 18, 22, 29)  # of KINDS
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +57,7 @@ def header(api_key, version, correlation_id, flexible):
 @st.composite
 def requests(draw):
     """``(api_key, version, flexible header, body)`` of a well-formed request."""
-    kind = draw(st.sampled_from(["produce", "fetch", "list_offsets", "metadata", "api_versions"]))
+    kind = draw(st.sampled_from(KINDS))
     topic = draw(st.sampled_from(TOPICS))
     partition = draw(st.integers(-2, 3))
     if kind == "produce":
@@ -86,6 +91,20 @@ def requests(draw):
                                   include_cluster_authorized_operations=False,
                                   include_topic_authorized_operations=False)
         return 3, version, False, bytes(request.encode(version=version))
+    if kind == "init_producer_id":
+        version = draw(st.integers(0, 4))
+        request = InitProducerIdRequest(
+            transactional_id=draw(st.none() | st.sampled_from(["", "txn"])),
+            transaction_timeout_ms=draw(st.integers(-1, 1 << 20)),
+            producer_id=draw(st.sampled_from([-1, 0, 7, (1 << 63) - 1])), producer_epoch=draw(st.integers(-1, 3)))
+        return 22, version, version >= 2, bytes(request.encode(version=version))
+    if kind == "describe_acls":
+        version = draw(st.integers(1, 2))
+        request = DescribeAclsRequest(
+            resource_type_filter=draw(st.integers(0, 7)), resource_name_filter=draw(st.none() | st.sampled_from(TOPICS)),
+            pattern_type_filter=draw(st.integers(0, 4)), principal_filter=draw(st.none() | st.just("User:x")),
+            host_filter=None, operation=draw(st.integers(0, 14)), permission_type=draw(st.integers(0, 3)))
+        return 29, version, version >= 2, bytes(request.encode(version=version))
     version = draw(st.integers(0, 3))
     request = ApiVersionsRequest(client_software_name="fuzz", client_software_version="1")
     return 18, version, version >= 3, bytes(request.encode(version=version))
@@ -96,11 +115,11 @@ def examples(draw):
     """``(frame bytes, whether the frame's size field tells the truth)``."""
     how = draw(st.sampled_from(["intact", "flip", "truncate", "insert", "random", "lying-size", "unknown"]))
     if how == "random":
-        api_key = draw(st.sampled_from([0, 1, 2, 3, 18]))
+        api_key = draw(st.sampled_from(KEYS))
         version = draw(st.integers(-1, 20))
         payload = header(api_key, version, 7, False) + draw(st.binary(max_size=200))
     elif how == "unknown":
-        api_key = draw(st.integers(-(1 << 15), (1 << 15) - 1).filter(lambda k: k not in (0, 1, 2, 3, 18)))
+        api_key = draw(st.integers(-(1 << 15), (1 << 15) - 1).filter(lambda k: k not in KEYS))
         payload = header(api_key, draw(st.integers(0, 20)), 7, False) + draw(st.binary(max_size=50))
     else:
         api_key, version, flexible, body = draw(requests())

@@ -15,8 +15,11 @@ _Partition = ProduceRequest.TopicProduceData.PartitionProduceData
 BASE_TS = 1_700_000_000_000
 
 
-def request_frame(api_key: int, version: int, correlation_id: int, body: bytes, client_id: bytes = b"wire") -> bytes:
-    payload = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id + body
+def request_frame(api_key: int, version: int, correlation_id: int, body: bytes, client_id: bytes = b"wire",
+                  flexible: bool = False) -> bytes:
+    """A request frame; ``flexible``: header v2 (an empty tagged-field block after the client id)."""
+    tags = b"\x00" if flexible else b""
+    payload = struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id + tags + body
     return struct.pack(">i", len(payload)) + payload
 
 
@@ -77,13 +80,19 @@ class Wire:
         except ConnectionResetError:
             return True
 
-    def call(self, api_key: int, version: int, body: bytes, response_class=None, response_version=None):
+    def call(self, api_key: int, version: int, body: bytes, response_class=None, response_version=None,
+             flexible: bool = False):
+        """The answer's body (decoded with ``response_class``); ``flexible``: request header
+        v2, and the answer's header v1 (its empty tagged-field block) checked and skipped."""
         self._correlation += 1
-        self.send(request_frame(api_key, version, self._correlation, body))
+        self.send(request_frame(api_key, version, self._correlation, body, flexible=flexible))
         answer = self.read_frame()
         assert answer is not None, f"connection closed instead of answering api {api_key} v{version}"
         correlation, body = answer
         assert correlation == self._correlation
+        if flexible:
+            assert body[:1] == b"\x00", f"no empty tagged-field block in the response header: {body[:8]!r}"
+            body = body[1:]
         if response_class is None:
             return body
         return response_class.decode(body, version=version if response_version is None else response_version)

@@ -6,8 +6,9 @@ one with error 35 in v0 form and the versions served, KIP-511, so a newer client
 falls back). A request of a known API in a version it does not serve gets that
 API's answer with UNSUPPORTED_VERSION where the answer has a place for it (Produce
 0-2, advertised for old librdkafka's sake). A request of an API not served here (the
-APIs of transactions, ACLs, ...) gets its own answer with UNSUPPORTED_VERSION as its
-top-level error, where kafka-python knows its form and it has one; otherwise it cannot
+APIs of transactions, the ACL APIs but DescribeAcls, ...) gets its own answer with
+UNSUPPORTED_VERSION as its top-level error, where kafka-python knows its form and it
+has one; otherwise it cannot
 be answered in its own form, and its connection is closed with one log line. Bytes that do not decode as the request they claim to be close the
 connection the same way (``MalformedRequestError``).
 """
@@ -17,6 +18,7 @@ import time
 
 from kafka.protocol.metadata import ApiVersionsResponse
 
+from mpbroker.acceptor.kafka.acls import describe_acls
 from mpbroker.acceptor.kafka.admin import AdminHandler
 from mpbroker.acceptor.kafka.answers import respond
 from mpbroker.acceptor.kafka.delete_topics import DeleteTopicsHandler
@@ -86,6 +88,7 @@ class KafkaRequestHandlers:
             ApiKey.DELETE_TOPICS: self.delete_topics.handle,
             ApiKey.DESCRIBE_CONFIGS: self.admin.describe_configs,
             ApiKey.INIT_PRODUCER_ID: self.producer_ids.handle,
+            ApiKey.DESCRIBE_ACLS: describe_acls,
             ApiKey.FIND_COORDINATOR: self.groups.find_coordinator,
             ApiKey.JOIN_GROUP: self.groups.join_group,
             ApiKey.SYNC_GROUP: self.groups.sync_group,

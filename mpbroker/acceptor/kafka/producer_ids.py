@@ -1,7 +1,16 @@
 """InitProducerId: a producer id and epoch for an idempotent producer.
 
 Each InitProducerId without a ``transactional.id`` gets a brand-new id, epoch 0 (as
-Kafka's coordinator answers it), from blocks reserved durably in ``log.dir``
+Kafka's coordinator answers it), also from v3 on (KIP-360), where the request names the
+producer id and epoch it had: Kafka's ``handleInitProducerId`` bumps that epoch only
+for a ``transactional.id`` (whose coordinator keeps its id and epoch) and hands a
+non-transactional producer a new id whatever it names. A new id is as good a fence as
+a bumped epoch here: the partitions keep no state of it, so its batches are taken from
+sequence 0 on, and the old id's late retries are judged against the old id's state,
+apart. A bump would need the id's latest epoch kept across partitions and restarts,
+which nothing here keeps for a producer without transactions; kafka-python, the one
+client tested that asks (after OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_PRODUCER_EPOCH),
+takes the id it is given. The ids come from blocks reserved durably in ``log.dir``
 (``segments.producer_ids``; a block is reserved, two fsyncs, at the first
 InitProducerId and then once per 1000: a broker no idempotent producer uses writes no
 file). On a ZooKeeper cluster each broker hands out ids in its own range, broker id

@@ -14,12 +14,12 @@ broker registers and Metadata advertises):
   delivery report (the offset, or the error). Retries are the clients' own, inside
   the library, up to ``DELIVERY_TIMEOUT_MS``, longer than a schedule's faults: a
   message that expires makes librdkafka's idempotent producer bump its epoch (copies
-  the checker counts as resent), and kafka-python 3.0.12's stop for good. Against a
-  broker whose InitProducerId is below version 3 (mpbroker's: no KIP-360 epoch bump)
-  kafka-python resets its producer id after an expiry and never asks for a new one
-  (``TransactionManager.reset_producer_id`` leaves its state READY, so
-  ``init_producer_id`` does nothing): its sender sends nothing again (seeds 161042648,
-  271041745, 577090037 with a 20 s timeout). A send the library refused before queueing
+  the checker counts as resent), and kafka-python 3.0.12's stop for good. After the
+  expiry of a batch it had retried, kafka-python resets its producer id and never asks
+  for a new one (``TransactionManager.reset_producer_id`` leaves its state READY, so
+  ``init_producer_id`` does nothing), whatever the broker (Apache Kafka 4.4 too): its
+  sender sends nothing again (seeds 161042648, 271041745, 577090037 with a 20 s
+  timeout; tests/kafka/test_kafka_python_recovery.py). A send the library refused before queueing
   it (``BufferError``, a metadata timeout) certainly appended nothing: ``failed``; every
   reported error is indeterminate. An idempotent producer that hits a fatal error is
   replaced by a new one (new producer id), the error kept in ``notes``.
