@@ -1,6 +1,6 @@
-"""kafka-python against the modern listener: KafkaProducer (``enable_idempotence=False``:
-InitProducerId is not served yet) and KafkaConsumer (assign, seek_to_beginning), every
-codec; keys, headers and timestamps come back exactly."""
+"""kafka-python against the modern listener: KafkaProducer (``enable_idempotence=False``
+for the codec round trips, and its idempotent default) and KafkaConsumer (assign,
+seek_to_beginning), every codec; keys, headers and timestamps come back exactly."""
 
 import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
