@@ -10,11 +10,22 @@ it), a CLOSE per failed fire-and-forget produce, and one DONE for the batch's
 fire-and-forget produces. An append that fails (disk full, I/O error) was undone by
 the log; its produces are refused with the error's code (8, StorageError) and the
 failure is logged once per partition, not once per request, until appends work again.
+
+A leader that may not act for the moment (a roles message announced and not applied
+yet, or its ZooKeeper lease lapsed) *holds* the acknowledged produces of its
+replicated partitions, in the order they came, and judges them again once it may act
+(at most ``HOLD_MAX_MS`` later; then they are refused). Refusing them at once made a
+pipelining client see one request refused (NOT_LEADER) and the next, a moment later,
+taken with a sequence gap (OUT_OF_ORDER_SEQUENCE_NUMBER), which librdkafka answers by
+bumping its epoch and sending again what may be stored (the fault schedules' "resent
+after an epoch bump"). Every ISR change of any partition is a roles message, so those
+moments were many. Fire-and-forget produces are not held: their answer is a closed
+connection, which the batch's DONE must not overtake.
 """
 
 import logging
 
-from mpbroker.clock import wall_clock_ms
+from mpbroker.clock import monotonic_ms, wall_clock_ms
 from mpbroker.codec.errors import ErrorCode, LogCorruptError, MPBrokerError
 from mpbroker.codec.message_set import count_plain_messages, validate_message_set
 from mpbroker.ipc import messages
@@ -30,6 +41,7 @@ log = logging.getLogger(__name__)
 
 # An unreplicated partition has one in-sync replica, this one: durability 2 is answered on append.
 _ACK_ON_APPEND = (Mode.ACK_APPEND, Mode.ACK_REPLICATED)
+HOLD_MAX_MS = 1000  # held produces are refused when their leader may still not act after this
 
 
 def _kept(mode: int, data):
@@ -68,6 +80,8 @@ class ProduceHandler:
         self._flush_waiters = {}  # Log -> [(next_offset, request_id, partition, offset)]
         self._storage_failures = ThrottledLog(log)  # appends failing while a disk is full
         self._producers = record_batches.IdempotentProducers()  # idempotent producers' sequences, per log
+        self._held = []  # (topic, partition, produces) waiting until their leader may act, in arrival order
+        self._held_since_ms = 0
 
     def handle(self, records) -> None:
         """Handle a batch of ring records ``(kind, body view)``; copies what it keeps."""
@@ -163,9 +177,11 @@ class ProduceHandler:
             self._answer(messages.KIND_ACK, messages.encode_ack(produce.request_id, code, produce.partition,
                                                                 -1, -1, reason))
 
-    def _append(self, topic: str, partition: int, group: list) -> None:
+    def _append(self, topic: str, partition: int, group: list, may_hold: bool = True) -> None:
         replica = self._replication.get(topic, partition)
         if replica is not None:
+            if may_hold and (self._held or self._replication.waits_to_act(replica)):
+                group = self._hold(topic, partition, group)
             group = self._admitted(replica, group)
             if not group:
                 return
@@ -262,6 +278,35 @@ class ProduceHandler:
                     continue
             kept.append(produce)
         return kept, layer
+
+    def _hold(self, topic: str, partition: int, group: list) -> list:
+        """Hold the acknowledged produces of ``group`` (behind any held before them);
+        returns the fire-and-forget ones, judged now."""
+        held = [produce for produce in group if produce.mode != Mode.FIRE_AND_FORGET]
+        if held:
+            if not self._held:
+                self._held_since_ms = monotonic_ms()
+            self._held.append((topic, partition, held))
+        return [produce for produce in group if produce.mode == Mode.FIRE_AND_FORGET]
+
+    def release_held(self, now: int | None = None, topic: str | None = None) -> None:
+        """Judge the held produces again, in the order they came: once the leader may
+        act (roles applied; a tick with ``now``), or refused when ``now`` is
+        ``HOLD_MAX_MS`` past the first of them; ``topic``: only that topic's, refused
+        or taken now (its deletion comes next)."""
+        if not self._held:
+            return
+        if topic is None and now is not None and now - self._held_since_ms < HOLD_MAX_MS \
+                and self._replication.waits_to_act(None):
+            return
+        held, since = self._held, self._held_since_ms
+        final = topic is not None or (now is not None and now - since >= HOLD_MAX_MS)
+        self._held = [entry for entry in held if topic is not None and entry[0] != topic]
+        for entry_topic, partition, group in held:
+            if topic is None or entry_topic == topic:
+                self._append(entry_topic, partition, group, may_hold=not final)
+        if self._held:
+            self._held_since_ms = since
 
     def _admitted(self, replica, group: list) -> list:
         """The produces of ``group`` the replicated partition takes now; the others are

@@ -276,6 +276,11 @@ class ReplicaManager:
                                                    f"({replica.log.config.min_insync_replicas})")
         return None
 
+    def waits_to_act(self, replica) -> bool:
+        """This broker leads ``replica`` (None: any) but may not act for the moment: a
+        produce to it is held (``ProduceHandler``) rather than refused, until it may."""
+        return (replica is None or replica.role == Role.LEADER) and not self._may_act()
+
     def _may_act(self) -> bool:
         """A leader takes and acknowledges produces only within the registrar's ZooKeeper
         lease, and only once it applied every roles message the registrar sent (the

@@ -213,8 +213,10 @@ class PartitionWorker(ChildProcess):
         self.replication.apply_roles(message.get("partitions", ()))
         if "seq" in message:
             self.replication.applied_seq = max(self.replication.applied_seq, message["seq"])
+        self.handler.release_held()
 
     def _replication_tick(self, now: int) -> None:
+        self.handler.release_held(now)
         self.replication.tick(now)
         self.fetcher.check_links(now)
 
@@ -271,7 +273,9 @@ class PartitionWorker(ChildProcess):
                 if kind == messages.KIND_DELETE_TOPIC:
                     if index > start:
                         self.handler.handle(records[start:index])
-                    self._removal.remove(messages.decode_topic(body))
+                    topic = messages.decode_topic(body)
+                    self.handler.release_held(topic=topic)
+                    self._removal.remove(topic)
                     start = index + 1
             if start < len(records):
                 self.handler.handle(records[start:] if start else records)  # copies what it keeps
@@ -400,6 +404,7 @@ class PartitionWorker(ChildProcess):
         if self.fetcher is not None:
             self.fetcher.close()
         self._drain_requests()
+        self.handler.release_held(now=1 << 62)  # what still waits is refused
         for partition_log, error in self.flusher.wait_idle():
             if error is not None:
                 log.critical("%s; stopping without a final flush", error)
