@@ -117,6 +117,7 @@ class Registrar(ChildProcess):
         self._last_warning = 0.0
         self._zk_state = "connecting"
         self._away_since = None  # monotonic time the client was first seen disconnected
+        self._isr_written = False  # ISR changes written since the roles were last read (after_events)
         self.deleter = TopicDeleter(  # topic deletions: this broker's share, the controller's, DeleteTopics
             config.brokerid, lambda topic: channel.send(Op.DELETE_LOCAL, topic=topic),
             lambda number, results: channel.send(Op.TOPICS_DELETED, number=number, results=results))
@@ -168,9 +169,26 @@ class Registrar(ChildProcess):
             return  # the leader asks again; its ISR stays as ZooKeeper has it
         try:
             self.roles.request_isr(message)
-            self.roles.step()
         except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
             self._warn(f"writing the ISR of {message.get('topic')}-{message.get('partition')} failed: {exc!r}")
+            return
+        # The new ISRs go to the workers once per round of control messages, not once
+        # per change: a roles read is a read of every partition's state, and after a
+        # heal the leaders ask for dozens of changes at once (one read each kept this
+        # process from its heartbeat for 10 s in fault schedule 301600636, and the
+        # supervisor killed it).
+        self._isr_written = True
+
+    def after_events(self) -> None:
+        if not self._isr_written:
+            return
+        self._isr_written = False
+        if self.roles is None or self.client is None or not self.client.connected:
+            return  # the next step reads them
+        try:
+            self.roles.step()
+        except (ZooKeeperUnavailable, *ZK_ERRORS) as exc:
+            self._warn(f"reading the roles after ISR changes failed: {exc!r}")
 
     def _on_register(self, _message: dict) -> None:
         self.serving = True
