@@ -47,7 +47,7 @@ from tests.faults.test_power_cut import REPOSITORY, SYNC_DELAY_US, cut_modes
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("MPBROKER_COMMIT_POWER_CUT_SEED") or random.randrange(1 << 30))
-CYCLES = int(os.environ.get("MPBROKER_COMMIT_POWER_CUT_CYCLES", "30"))  # about 40 s
+CYCLES = int(os.environ.get("MPBROKER_COMMIT_POWER_CUT_CYCLES", "20"))  # about 30 s
 TOPIC = "read"
 GROUP = "committers"
 PARTITIONS = 4

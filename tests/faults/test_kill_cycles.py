@@ -28,7 +28,7 @@ from tests.broker.harness import BrokerProcess, wait_dead
 from tests.broker.load import AckedLoad, read_everything
 from tests.broker.test_faults import all_flushed, assert_logs_valid
 
-CYCLES = int(os.environ.get("MPBROKER_KILL_CYCLES", "30"))  # 100 for the README's report
+CYCLES = int(os.environ.get("MPBROKER_KILL_CYCLES", "20"))  # 100 for the README's report
 SEED = int(os.environ.get("MPBROKER_KILL_SEED", str(random.randrange(1 << 30))))
 PARTITIONS = 4
 VICTIMS = ("worker", "acceptor", "supervisor", "tree")

@@ -43,7 +43,7 @@ from tests.faults.power_cut.model import MAX_GARBAGE
 from tests.faults.power_cut.scratch_writer import STRESS_ENTRIES, prepare_scenarios, prepare_stress
 
 SEED = int(os.environ.get("MPBROKER_POWER_CUT_SEED") or random.randrange(1 << 30))
-CYCLES = int(os.environ.get("MPBROKER_POWER_CUT_CYCLES", "60"))  # about a minute
+CYCLES = int(os.environ.get("MPBROKER_POWER_CUT_CYCLES", "40"))  # about 45 s
 MODES = os.environ.get("MPBROKER_POWER_CUT_MODES", "strict,random")  # which cut modes the cycles use
 REPOSITORY = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DIRECTORY = "<directory>"
