@@ -222,7 +222,9 @@ def test_a_new_replicated_topic_names_no_leader_but_the_elected_one(broker_facto
     broker says LEADER_NOT_AVAILABLE (as Kafka does) or names that leader: a broker whose
     logs of the topic exist before the controller's state reached it does not answer as
     if it led an unreplicated topic (each broker named itself, with an ISR of itself, for
-    up to a second)."""
+    up to a second). CreateTopics answers once the topic is written: its answer came
+    before, and this test's next Metadata (v1, which auto-creates, as Kafka's does) made
+    another broker's registrar create the topic first, with 1 replica and 4 partitions."""
     brokers = start_cluster(broker_factory, zk_connect, min_insync_replicas=2)
     wait_for(lambda: topic_admin.live_brokers(zk_client) == [1, 2, 3], 20, what="three brokers registered")
     topic = "named-once"
@@ -231,6 +233,9 @@ def test_a_new_replicated_topic_names_no_leader_but_the_elected_one(broker_facto
                                                    assignments=[], configs=[])],
         timeout_ms=10_000, validate_only=False), 4, CreateTopicsResponse)
     assert created.topics[0].error_code == NONE, created
+    assert zk_client.exists(layout.topic_path(topic)), "CreateTopics answered before the topic was written"
+    value, _ = zk_client.get(layout.topic_path(topic))
+    assert len(replication.parse_assignment(topic, value)[0]) == 3  # this request's topic, not an auto-created one
     seen = []
     deadline = time.monotonic() + 30
     while True:
@@ -246,8 +251,8 @@ def test_a_new_replicated_topic_names_no_leader_but_the_elected_one(broker_facto
 
 
 def partition_zero(port: int, topic: str) -> tuple:
-    """``(leader, ISR)`` of partition 0 in one broker's Metadata v1 (which creates
-    nothing); ``(-1, ())`` while the topic or its leader is not available there."""
+    """``(leader, ISR)`` of partition 0 in one broker's Metadata v1; ``(-1, ())`` while
+    the topic or its leader is not available there."""
     answer = request(port, MetadataRequest[1](topics=[MetadataRequest.MetadataRequestTopic(name=topic)]), 1,
                      MetadataResponse)
     for found in answer.topics:

@@ -60,7 +60,7 @@ class KafkaRequestHandlers:
         self.metadata = MetadataHandler(config, segment_files, router, legacy_handlers, listening_port)
         self.produce = ProduceHandler(config, router, legacy_handlers, self.metadata)
         self.fetch = FetchHandler(config, self.reads, legacy_handlers, timers, to_send)
-        self.admin = AdminHandler(config, self.metadata, legacy_handlers)
+        self.admin = AdminHandler(config, self.metadata, legacy_handlers, timers, to_send)
         self.producer_ids = ProducerIds(config)
         self.coordinator = GroupCoordinator(
             min_session_timeout_ms=config.group_min_session_timeout_ms,
