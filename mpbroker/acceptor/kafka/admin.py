@@ -32,11 +32,10 @@ import time
 
 from kafka.protocol.admin import CreateTopicsResponse, DescribeConfigsResponse
 
-from mpbroker.acceptor.kafka.answers import framed, respond
+from mpbroker.acceptor.kafka.answers import fill, respond
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.config.keys import KEYS, KEYS_BY_NAME
-from mpbroker.kafka_protocol import messages
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError
 from mpbroker.segments import topic_configs
@@ -79,8 +78,8 @@ class _Waiting:
         self.deadline = deadline  # time.monotonic()
 
     def fill(self) -> None:
-        self.response.fill([framed(self.correlation_id, ApiKey.CREATE_TOPICS, self.version,
-                                   messages.encode_body(_answer(self.version, self.results), self.version))])
+        fill(self.response, self.correlation_id, ApiKey.CREATE_TOPICS, self.version,
+             _answer(self.version, self.results))
 
 
 class AdminHandler:

@@ -21,11 +21,10 @@ import time
 
 from kafka.protocol.admin import DeleteTopicsResponse
 
-from mpbroker.acceptor.kafka.answers import framed
+from mpbroker.acceptor.kafka.answers import fill
 from mpbroker.acceptor.kafka.offsets_topic import OFFSETS_TOPIC
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
-from mpbroker.kafka_protocol import messages
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError
 
@@ -50,8 +49,7 @@ class _Request:
         topics = [_Result(name=name, error_code=KafkaError.REQUEST_TIMED_OUT if error is None else error)
                   for name, error in self.results.items()]
         answer = DeleteTopicsResponse[self.version](throttle_time_ms=0, responses=topics)
-        self.response.fill([framed(self.correlation_id, ApiKey.DELETE_TOPICS, self.version,
-                                   messages.encode_body(answer, self.version))])
+        fill(self.response, self.correlation_id, ApiKey.DELETE_TOPICS, self.version, answer)
 
 
 class DeleteTopicsHandler:

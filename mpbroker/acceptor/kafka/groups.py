@@ -22,11 +22,10 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
 
-from mpbroker.acceptor.kafka.answers import framed, respond
+from mpbroker.acceptor.kafka.answers import fill, respond
 from mpbroker.clock import monotonic_ms
 from mpbroker.group_coordinator import JoinRequest, JoinResult, SyncResult
 from mpbroker.group_coordinator import records as offset_records
-from mpbroker.kafka_protocol import messages
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError
 
@@ -61,8 +60,7 @@ class GroupHandlers:
         correlation_id = request_header.correlation_id
 
         def reply(result) -> None:
-            response.fill([framed(correlation_id, api_key, version,
-                                  messages.encode_body(make_answer(result), version))])
+            fill(response, correlation_id, api_key, version, make_answer(result))
             if not connection.closed:
                 self._to_send(connection)
         return reply

@@ -14,13 +14,12 @@ import time
 
 from kafka.protocol.consumer import OffsetCommitResponse, OffsetFetchResponse
 
-from mpbroker.acceptor.kafka.answers import framed, respond
+from mpbroker.acceptor.kafka.answers import fill, respond
 from mpbroker.clock import monotonic_ms
 from mpbroker.codec.errors import InvalidTopicError
 from mpbroker.codec.topic_names import check_topic
 from mpbroker.group_coordinator import OffsetAndMetadata
 from mpbroker.group_coordinator import records as offset_records
-from mpbroker.kafka_protocol import messages
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError
 
@@ -89,8 +88,8 @@ class OffsetApis:
                     errors[key] = code
             else:
                 self._coordinator.commit_done(group_id, offsets)
-            response.fill([framed(request_header.correlation_id, ApiKey.OFFSET_COMMIT, version,
-                                  messages.encode_body(_commit_answer(version, errors), version))])
+            fill(response, request_header.correlation_id, ApiKey.OFFSET_COMMIT, version,
+                 _commit_answer(version, errors))
             if not connection.closed:
                 self._to_send(connection)
         records = [offset_records.offset_commit_record(group_id, topic, partition, committed)

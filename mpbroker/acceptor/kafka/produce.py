@@ -13,11 +13,10 @@ import logging
 
 from kafka.protocol.producer import ProduceResponse
 
-from mpbroker.acceptor.kafka.answers import framed, respond
+from mpbroker.acceptor.kafka.answers import fill, respond
 from mpbroker.acceptor.routing import ProduceRefused
 from mpbroker.codec.errors import InvalidTopicError, NotLeaderError
 from mpbroker.ipc.messages import KAFKA_ERROR_BASE, RECORD_BATCHES, Mode
-from mpbroker.kafka_protocol import messages
 from mpbroker.kafka_protocol.api import ApiKey
 from mpbroker.kafka_protocol.errors import KafkaError, from_legacy
 
@@ -60,8 +59,7 @@ class ProduceAnswer:
             for partition, (error, base_offset, message) in partitions.items()])
             for topic, partitions in self.results.items()]
         answer = ProduceResponse[self.version](responses=topics, throttle_time_ms=0)
-        self.response.fill([framed(self.correlation_id, ApiKey.PRODUCE, self.version,
-                                   messages.encode_body(answer, self.version))])
+        fill(self.response, self.correlation_id, ApiKey.PRODUCE, self.version, answer)
 
 
 class PartitionOutcome:
