@@ -164,8 +164,11 @@ class Registrar(ChildProcess):
                  ", record batches" if record_batches else "",
                  "".join(f", {name}={value}" for name, value in sorted(configs.items())))
 
+    def _connected(self) -> bool:
+        return self.roles is not None and self.client is not None and self.client.connected
+
     def _on_isr_change(self, message: dict) -> None:
-        if self.roles is None or self.client is None or not self.client.connected:
+        if not self._connected():
             return  # the leader asks again; its ISR stays as ZooKeeper has it
         try:
             self.roles.request_isr(message)
@@ -183,7 +186,7 @@ class Registrar(ChildProcess):
         if not self._isr_written:
             return
         self._isr_written = False
-        if self.roles is None or self.client is None or not self.client.connected:
+        if not self._connected():
             return  # the next step reads them
         try:
             self.roles.step()

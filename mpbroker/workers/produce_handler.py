@@ -289,18 +289,19 @@ class ProduceHandler:
             self._held.append((topic, partition, held))
         return [produce for produce in group if produce.mode == Mode.FIRE_AND_FORGET]
 
-    def release_held(self, now: int | None = None, topic: str | None = None) -> None:
+    def release_held(self, now: int | None = None, topic: str | None = None, final: bool = False) -> None:
         """Judge the held produces again, in the order they came: once the leader may
         act (roles applied; a tick with ``now``), or refused when ``now`` is
         ``HOLD_MAX_MS`` past the first of them; ``topic``: only that topic's, refused
-        or taken now (its deletion comes next)."""
+        or taken now (its deletion comes next); ``final``: all of them, refused or
+        taken now (the worker stops)."""
         if not self._held:
             return
-        if topic is None and now is not None and now - self._held_since_ms < HOLD_MAX_MS \
+        if not final and topic is None and now is not None and now - self._held_since_ms < HOLD_MAX_MS \
                 and self._replication.waits_to_act(None):
             return
         held, since = self._held, self._held_since_ms
-        final = topic is not None or (now is not None and now - since >= HOLD_MAX_MS)
+        final = final or topic is not None or (now is not None and now - since >= HOLD_MAX_MS)
         self._held = [entry for entry in held if topic is not None and entry[0] != topic]
         for entry_topic, partition, group in held:
             if topic is None or entry_topic == topic:

@@ -404,7 +404,7 @@ class PartitionWorker(ChildProcess):
         if self.fetcher is not None:
             self.fetcher.close()
         self._drain_requests()
-        self.handler.release_held(now=1 << 62)  # what still waits is refused
+        self.handler.release_held(final=True)  # what still waits is refused, or taken if it may be
         for partition_log, error in self.flusher.wait_idle():
             if error is not None:
                 log.critical("%s; stopping without a final flush", error)
