@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tests.faults.netcluster.runner import spread
+
 CLOCK_STEPPED_S = 60.0
 _TIME = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})"
 _FOLLOWING = re.compile(_TIME + r" worker (\d+)\[(\d+)\] INFO mpbroker\.workers\.replication: (\S+): "
@@ -93,11 +95,10 @@ def run_spans(cluster_directory: str, spans: Spans, topic_prefix: str = "nemesis
 
 
 def _spread(values: list) -> str:
-    if not values:
+    found = spread(values)
+    if not found:
         return "none"
-    ordered = sorted(values)
-    return (f"median {ordered[len(ordered) // 2]:.2f} s, p90 {ordered[int(len(ordered) * 0.9)]:.2f} s, "
-            f"max {ordered[-1]:.2f} s ({len(ordered)})")
+    return f"median {found['median']:.2f} s, p90 {found['p90']:.2f} s, max {found['max']:.2f} s ({len(values)})"
 
 
 def main(argv=None) -> int:

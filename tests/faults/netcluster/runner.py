@@ -196,12 +196,13 @@ def summarize(results: list) -> dict:
         "failures": dict(failures),
         "modern": {label: {name: counts[name] for name in ("acknowledged", "lost", "duplicates", "resent")}
                    for label, counts in sorted(modern.items())},
-        "recovered_s": _spread([seconds for result in results for seconds in result.recovered_s.values()]),
+        "recovered_s": spread([seconds for result in results for seconds in result.recovered_s.values()]),
         "elapsed_s": round(sum(result.elapsed_s for result in results)),
     }
 
 
-def _spread(values: list) -> dict:
+def spread(values: list) -> dict:
+    """Median, p90 and max of ``values``; empty for none."""
     if not values:
         return {}
     ordered = sorted(values)
