@@ -9,6 +9,8 @@ encoded by hand around the file ranges it sends (``fetch``), and the records of 
 produce are handed on as the bytes they came in.
 """
 
+import functools
+
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
@@ -70,50 +72,65 @@ __all__ = ["REQUESTS", "decode_body", "encode_body", "ApiVersionsResponse", "Met
            "ListOffsetsResponse", "CreateTopicsResponse", "DeleteTopicsResponse"]
 
 
-# APIs whose requests are checked for nulls where the spec allows none (the group APIs:
-# their handlers take every string and bytes field as given). The hot paths are not.
-NULLS_CHECKED = frozenset({ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.JOIN_GROUP,
-                           ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP, ApiKey.SYNC_GROUP, ApiKey.DESCRIBE_GROUPS,
-                           ApiKey.LIST_GROUPS, ApiKey.DELETE_GROUPS})
-
-
 def decode_body(api_key: int, version: int, body):
     """The request body as kafka-python's message object; MalformedRequestError if the
-    bytes do not hold one of that version, or (the group APIs) hold a null where the
-    spec allows none: kafka-python reads a length of -1 as None whatever the field,
-    Kafka refuses the request ("non-nullable field ... was serialized as null")."""
+    bytes do not hold one of that version, or hold a null where the spec allows none:
+    kafka-python reads a length of -1 as None whatever the field, Kafka refuses the
+    request ("non-nullable field ... was serialized as null"), and no handler here
+    has to meet a None it was promised never to see."""
     try:
         request = REQUESTS[api_key].decode(body, version=version)
     except MalformedRequestError:
         raise
     except Exception as exc:  # the library raises ValueError, struct.error, IndexError, UnicodeDecodeError...
         raise MalformedRequestError(f"cannot decode {ApiKey(api_key).name} v{version}: {exc}") from exc
-    if api_key in NULLS_CHECKED:
-        null = _null_field(REQUESTS[api_key].fields, request, version)
-        if null is not None:
-            raise MalformedRequestError(f"{ApiKey(api_key).name} v{version}: the non-nullable field {null} is null")
+    null = _null_field(_null_checks(api_key, version), request)
+    if null is not None:
+        raise MalformedRequestError(f"{ApiKey(api_key).name} v{version}: the non-nullable field {null} is null")
     return request
 
 
-def _null_field(fields: dict, data, version: int):
-    """The name of the first field of ``data`` (and of the structs in it) that is None
-    though not nullable in ``version``; None if there is none."""
+# Field types whose decoded value is never None (kafka-python reads a number, a bool or
+# a uuid whatever the bytes); every other field (a string, bytes, records, an array, a
+# struct) may come out as None.
+_NEVER_NULL = frozenset({"bool", "int8", "int16", "uint16", "int32", "uint32", "int64", "float64", "uuid"})
+
+
+@functools.lru_cache(maxsize=None)
+def _null_checks(api_key: int, version: int) -> tuple:
+    """What to look at in a request of ``version``, worked out once from the spec:
+    ``(attribute, spec name, nullable, checks of its items or of itself)`` for each field
+    that may decode as None and is either not nullable or holds such fields. A Fetch
+    with many partitions costs a few attribute reads per partition instead of a walk of
+    the spec's fields (which took longer than decoding the request)."""
+    return _checks(REQUESTS[api_key].fields, version)
+
+
+def _checks(fields: dict, version: int) -> tuple:
+    found = []
     for name, field in fields.items():
-        if not field.for_version_q(version) or field.tagged_field_q(version):
+        if not field.for_version_q(version) or field.tagged_field_q(version) or field.type_str in _NEVER_NULL:
             continue
+        inner = _checks(field.fields, version) if field.is_struct_array() or field.is_struct() else ()
+        nullable = field.nullable_for_version_q(version)
+        if not nullable or inner:
+            found.append((name, field._name, nullable, field.is_struct_array(), inner))
+    return tuple(found)
+
+
+def _null_field(checks: tuple, data):
+    """The spec name of the first field of ``data`` (or of the structs in it) that is
+    None though not nullable; None if there is none."""
+    for name, spec_name, nullable, is_array, inner in checks:
         value = getattr(data, name, None)
         if value is None:
-            if not field.nullable_for_version_q(version):
-                return field._name
-        elif field.is_struct_array():
-            for item in value:
-                found = _null_field(field.fields, item, version)
+            if not nullable:
+                return spec_name
+        elif inner:
+            for item in (value if is_array else (value,)):
+                found = _null_field(inner, item)
                 if found is not None:
                     return found
-        elif field.is_struct():
-            found = _null_field(field.fields, value, version)
-            if found is not None:
-                return found
     return None
 
 

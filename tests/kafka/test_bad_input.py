@@ -222,3 +222,58 @@ def test_a_produce_without_batches_is_refused_and_creates_nothing(kafka_broker, 
     assert partition.error_code == 87  # INVALID_RECORD
     assert not any(name.startswith(f"{topic}-") for name in os.listdir(kafka_broker.log_dir))
     assert_still_serving(kafka_broker)
+
+
+NULL_ARRAY, NULL_STRING = struct.pack(">i", -1), struct.pack(">h", -1)
+FETCH_HEAD = struct.pack(">iiiib", -1, 0, 1, 1 << 20, 0)  # replica, max wait 0, min bytes, max bytes, isolation
+FETCH_PARTITION = struct.pack(">iqi", 0, 0, 1 << 16)  # partition, fetch offset, partition max bytes (v4)
+
+
+@pytest.mark.parametrize("api_key, version, body", [
+    pytest.param(1, 4, FETCH_HEAD + NULL_ARRAY, id="fetch-v4-topics"),
+    pytest.param(1, 11, FETCH_HEAD + struct.pack(">ii", 0, -1) + NULL_ARRAY + struct.pack(">ih", 0, 0),
+                 id="fetch-v11-topics"),
+    pytest.param(1, 7, FETCH_HEAD + struct.pack(">ii", 5, 1) + NULL_ARRAY + struct.pack(">i", 0),
+                 id="fetch-v7-topics-in-a-session"),
+    pytest.param(1, 4, FETCH_HEAD + struct.pack(">i", 1) + NULL_STRING + struct.pack(">i", 1) + FETCH_PARTITION,
+                 id="fetch-topic-name"),
+    pytest.param(1, 4, FETCH_HEAD + struct.pack(">ihs", 1, 1, b"t") + NULL_ARRAY, id="fetch-partitions"),
+    pytest.param(0, 3, NULL_STRING + struct.pack(">hi", 1, 5000) + NULL_ARRAY, id="produce-topic-data"),
+    pytest.param(0, 3, NULL_STRING + struct.pack(">hiihs", 1, 5000, 1, 1, b"t") + NULL_ARRAY,
+                 id="produce-partitions"),
+    pytest.param(2, 1, struct.pack(">i", -1) + NULL_ARRAY, id="list-offsets-topics"),
+    pytest.param(3, 0, NULL_ARRAY, id="metadata-v0-topics"),
+])
+def test_a_null_where_the_spec_allows_none_closes_with_a_clear_error(kafka_broker, api_key, version, body):
+    """A length of -1 for an array or string that is not nullable in that version: Kafka
+    refuses the request ("non-nullable field ... was serialized as null"). Here too: the
+    connection is closed and the log says which field, with no traceback."""
+    with Wire(kafka_broker) as wire:
+        wire.send(request_frame(api_key, version, 1, body))
+        assert wire.closed_by_broker()
+    output = kafka_broker.output()
+    assert "Traceback" not in output, output[-3000:]
+    assert any("is null" in line for line in output.splitlines()[-5:]), output[-3000:]
+    assert_still_serving(kafka_broker)
+
+
+def test_nulls_the_spec_allows_are_answered(kafka_broker, topic):
+    """Metadata v1's null topics (every topic) and Produce's null records (refused with
+    INVALID_RECORD, as Kafka refuses a partition without a batch; the log unmoved) are
+    answered on the same connection."""
+    from kafka.protocol.metadata import MetadataResponse
+    from kafka.protocol.producer import ProduceResponse
+
+    with Wire(kafka_broker) as wire:
+        assert wire.produce(topic, 0, good_batch())[0] == 0
+        end = wire.latest_offset(topic, 0)
+        answer = wire.call(3, 1, NULL_ARRAY, MetadataResponse)
+        assert topic in {t.name for t in answer.topics}
+        name = topic.encode()
+        body = NULL_STRING + struct.pack(">hiih", 1, 5000, 1, len(name)) + name + struct.pack(">ii", 1, 0) + NULL_ARRAY
+        answer = wire.call(0, 3, body, ProduceResponse)
+        [partition] = answer.responses[0].partition_responses
+        assert partition.error_code == INVALID_RECORD and partition.base_offset == -1
+        assert wire.latest_offset(topic, 0) == end
+    output = kafka_broker.output()
+    assert "Traceback" not in output, output[-3000:]
