@@ -3,8 +3,8 @@ against one live broker (two workers): hypothesis sends well-formed requests of 
 served (Produce 3-8 with batches of every codec, Fetch 4-11, ListOffsets 1-5, Metadata
 0-8, ApiVersions 0-3, InitProducerId 0-4 and DescribeAcls 1-2, flexible ones with request
 header v2) and of unknown APIs and versions, then damages them: flipped and
-inserted bytes, truncated bodies, random bodies, a size field that lies. Each example is
-one connection. Checked for each: the broker answers (a whole frame with the request's
+inserted bytes, a length set to -1 (a null), truncated bodies, random bodies, a size
+field that lies. Each example is one connection. Checked for each: the broker answers (a whole frame with the request's
 correlation id) or closes the connection; a request it keeps (a long-polling Fetch, a
 frame whose size promises more bytes) is closed once the client half-closes. Checked at
 the end: the acceptor and the workers are up with zero restarts, no traceback was
@@ -110,10 +110,19 @@ def requests(draw):
     return 18, version, version >= 3, bytes(request.encode(version=version))
 
 
+def length_like(payload, start: int) -> list:
+    """``(offset, width)`` of every int16 and int32 in ``payload`` past ``start`` whose
+    value could be the length of what follows it (1 to the bytes left): where a null
+    can be put."""
+    found = [(at, width) for width, form in ((2, ">h"), (4, ">i")) for at in range(start, len(payload) - width + 1)
+             if 1 <= struct.unpack_from(form, payload, at)[0] <= len(payload) - at - width]
+    return found or [(start, 2)]
+
+
 @st.composite
 def examples(draw):
     """``(frame bytes, whether the frame's size field tells the truth)``."""
-    how = draw(st.sampled_from(["intact", "flip", "truncate", "insert", "random", "lying-size", "unknown"]))
+    how = draw(st.sampled_from(["intact", "flip", "truncate", "insert", "null", "random", "lying-size", "unknown"]))
     if how == "random":
         api_key = draw(st.sampled_from(KEYS))
         version = draw(st.integers(-1, 20))
@@ -130,6 +139,9 @@ def examples(draw):
                 payload[at] ^= draw(st.integers(1, 255))
         elif how == "truncate":
             payload = payload[:draw(st.integers(0, len(payload) - 1))]
+        elif how == "null":  # a length made -1: a null string, bytes or array
+            at, width = draw(st.sampled_from(length_like(payload, len(header(api_key, version, 7, flexible)))))
+            payload[at:at + width] = b"\xff" * width
         elif how == "insert":
             at = draw(st.integers(0, len(payload)))
             payload[at:at] = draw(st.binary(min_size=1, max_size=16))
