@@ -1,8 +1,8 @@
 """Bad input on ``kafka.port``, over raw sockets: malformed frames, an unknown API,
-versions not served, damaged and refused batches, a hostile topic name; each is
-answered with Kafka's error or its connection closed, nothing of it reaches a log, and
-the broker goes on serving. And a 0.7 topic (written by mpbroker's own 0.7 producer)
-read by a modern client (confluent-kafka)."""
+versions not served, damaged and refused batches, a hostile topic name, a null where the
+spec allows none; each is answered with Kafka's error or its connection closed, nothing
+of it reaches a log, and the broker goes on serving. And a 0.7 topic (written by
+mpbroker's own 0.7 producer) read by a modern client (confluent-kafka)."""
 
 import os
 import struct

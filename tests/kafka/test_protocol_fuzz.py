@@ -1,14 +1,15 @@
-"""A fuzzer for the modern request path (the 0.7 one is tests/faults/test_protocol_fuzz.py),
-against one live broker (two workers): hypothesis sends well-formed requests of every API
-served (Produce 3-8 with batches of every codec, Fetch 4-11, ListOffsets 1-5, Metadata
-0-8, ApiVersions 0-3, InitProducerId 0-4 and DescribeAcls 1-2, flexible ones with request
-header v2) and of unknown APIs and versions, then damages them: flipped and
-inserted bytes, a length set to -1 (a null), truncated bodies, random bodies, a size
-field that lies. Each example is one connection. Checked for each: the broker answers (a whole frame with the request's
-correlation id) or closes the connection; a request it keeps (a long-polling Fetch, a
-frame whose size promises more bytes) is closed once the client half-closes. Checked at
-the end: the acceptor and the workers are up with zero restarts, no traceback was
-logged, and a good produce and ListOffsets still work.
+"""A fuzzer for the modern request path (the 0.7 one is
+tests/faults/test_protocol_fuzz.py), against one live broker (two workers): hypothesis
+sends well-formed requests of every API served (Produce 3-8 with batches of every codec,
+Fetch 4-11, ListOffsets 1-5, Metadata 0-8, ApiVersions 0-3, InitProducerId 0-4 and
+DescribeAcls 1-2, flexible ones with request header v2) and of unknown APIs and
+versions, then damages them: flipped and inserted bytes, a length set to -1 (a null),
+truncated bodies, random bodies, a size field that lies. Each example is one connection.
+Checked for each: the broker answers (a whole frame with the request's correlation id)
+or closes the connection; a request it keeps (a long-polling Fetch, a frame whose size
+promises more bytes) is closed once the client half-closes. Checked at the end: the
+acceptor and the workers are up with zero restarts, no traceback was logged, and a good
+produce and ListOffsets still work.
 
 ``MPBROKER_KAFKA_FUZZ_EXAMPLES`` (default 150, about 10 s) sets the number of examples."""
 
