@@ -187,6 +187,28 @@ def test_a_value_not_at_the_offset_its_ack_named_is_an_order_failure():
     assert "acknowledged at offset 99" in report.details()
 
 
+def test_a_value_acknowledged_without_an_offset_is_placed_by_the_final_read(tmp_path):
+    """librdkafka reports some deliveries of an idempotent producer with no offset
+    (``Message.offset()`` None; seed 733311445 of the long run, whose delivery report
+    raised on it): stored, counted and noted; its order is its copy's place; lost if the
+    final read lacks it."""
+    run = clean_run()
+    client, acks, idempotent = CLIENTS["c1"]
+    for sequence, stored in ((6, True), (7, False)):
+        value = f"c1-{sequence}".encode()
+        send = run.history.begin_send("c1", client, acks, idempotent, TOPIC, 0, value, start=run.tick())
+        if stored:
+            run.append(0, value)
+        run.history.send_ok(send, None, end=run.tick())
+    path = tmp_path / "history.jsonl"
+    run.finish().save(path)
+    report = check(History.load(path))
+    assert report.failures() == {MODERN_LOST: 1}
+    assert "b'c1-7' of c1" in report.details()
+    assert "modern acknowledged without an offset (counted, not a failure)" in report.details()
+    assert report.modern.producers["c1"].order_violations == 0
+
+
 def test_reordering_is_a_failure_with_idempotence_counted_without():
     run = ModernRun()
     for producer in ("c1", "c2"):

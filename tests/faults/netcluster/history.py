@@ -176,8 +176,10 @@ class History:
                                        bytes(value), start)
         return send_id
 
-    def send_ok(self, send_id: int, offset: int, end: float | None = None) -> None:
-        self._finish_send(send_id, OK, end, offset=int(offset))
+    def send_ok(self, send_id: int, offset: int | None, end: float | None = None) -> None:
+        """The client reported the value stored at ``offset``; None: stored, the offset
+        not told (librdkafka reports some deliveries of an idempotent producer so)."""
+        self._finish_send(send_id, OK, end, offset=None if offset is None else int(offset))
 
     def send_error(self, send_id: int, error: str, certainly_not_appended: bool = False,
                    end: float | None = None) -> None:

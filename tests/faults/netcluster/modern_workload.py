@@ -203,16 +203,21 @@ class ModernWorkload:
 
         def delivered(send_id):
             def report(error, message):
-                if error is None:
-                    self._record(name, lambda: history.send_ok(send_id, message.offset()))
-                else:
-                    self._record(name, lambda: history.send_error(send_id, error.name()))
-                    if error.fatal():
-                        fatal.append(error)
+                try:
+                    if error is None:
+                        self._record(name, lambda: history.send_ok(send_id, message.offset()))
+                    else:
+                        self._record(name, lambda: history.send_error(send_id, error.name()))
+                        if error.fatal():
+                            fatal.append(error)
+                except Exception as exc:  # raised after poll: on Python < 3.12 confluent-kafka turns an
+                    broken.append(exc)    # exception raised in C inside a callback into a SystemError
             return report
 
-        fatal = []
+        fatal, broken = [], []
         for sequence in self._paced():
+            if broken:
+                raise broken[0]
             while len(producer) >= QUEUED_MAX and not self._stop.is_set():
                 producer.poll(0.05)
             if fatal:
@@ -229,6 +234,8 @@ class ModernWorkload:
                 history.send_error(send_id, f"not queued: {exc!r}", certainly_not_appended=True)
             producer.poll(0)
         self._drain_confluent(producer, FLUSH_S)
+        if broken:
+            raise broken[0]
 
     @staticmethod
     def _drain_confluent(producer: Producer, timeout: float) -> None:
