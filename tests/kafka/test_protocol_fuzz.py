@@ -141,7 +141,7 @@ def examples(draw):
         elif how == "truncate":
             payload = payload[:draw(st.integers(0, len(payload) - 1))]
         elif how == "null":  # a length made -1: a null string, bytes or array
-            at, width = draw(st.sampled_from(length_like(payload, len(header(api_key, version, 7, flexible)))))
+            at, width = draw(st.sampled_from(length_like(payload, len(payload) - len(body))))
             payload[at:at + width] = b"\xff" * width
         elif how == "insert":
             at = draw(st.integers(0, len(payload)))
